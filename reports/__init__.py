@@ -1,0 +1,1 @@
+"""Presentation only: tables, traces and charts from results."""

@@ -1,0 +1,1 @@
+"""The hub: costs, network, engine, memory, metrics, scenarios and the command line."""

@@ -1,0 +1,1 @@
+"""Hardware and wiring: GPU/NIC/switch catalog, topology graphs and named systems."""

@@ -1,0 +1,1 @@
+"""What one training step does: models, FLOPs, parallel plans, recipes, schedules, task graphs."""
