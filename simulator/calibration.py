@@ -1,0 +1,102 @@
+"""The few global parameters of the cost model, each with a physical meaning and a source.
+
+Defaults come from first principles and published micro-benchmarks (never from the measured
+training runs that moesim is validated against): GEMM and attention efficiencies are the share
+of the dense tensor peak that large kernels reach, communication efficiencies are the share of
+line rate that NCCL or an EP dispatcher reaches, launch costs are the CPU and GPU time around
+one kernel. `moesim calibrate` (a later issue) refits them and writes the same fields to a file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from types import MappingProxyType
+from typing import Mapping
+
+
+def _frozen(mapping: dict[str, float]) -> Mapping[str, float]:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostParams:
+    """Global efficiencies and overheads. Efficiencies are fractions of a hardware peak."""
+
+    # Large dense GEMMs: cuBLAS reaches ~700-750 of 989 dense BF16 TFLOP/s on H100
+    # (Megatron-LM issue #1276 discussion of 989 dense peak; NVIDIA Transformer Engine
+    # benchmarks); FP8/MXFP8 kernels reach a lower share (scaling and quantisation epilogues).
+    gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
+        {"bf16": 0.75, "fp8": 0.70, "nvfp4": 0.60}))
+    # Grouped GEMMs of MoE experts: many smaller problems, lower occupancy than one GEMM.
+    grouped_gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
+        {"bf16": 0.65, "fp8": 0.60, "nvfp4": 0.50}))
+    # Fused attention fwd+bwd (FlashAttention-3 / cuDNN): ~0.6 fwd, ~0.45 bwd of BF16 peak.
+    attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
+        {"bf16": 0.50, "fp8": 0.45}))
+    # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
+    memory_efficiency: float = 0.80
+    # CPU time to launch one eager PyTorch kernel (framework + driver), seconds.
+    host_launch_s: float = 8e-6
+    # GPU idle between dependent kernels launched eagerly vs from a CUDA graph, seconds.
+    kernel_gap_s: float = 2e-6
+    graphed_kernel_gap_s: float = 0.5e-6
+    # Share of line rate reached, by "<algorithm>-<fabric>" (fabric: nvlink or network).
+    # nccl-nvlink: H100 ring busBW ~370 of 450 GB/s (nccl-tests #212); nccl-network: IB ring
+    # busBW ~45 of 50 GB/s per 400G NIC at small scale (nccl #1221, #1801);
+    # hybridep-nvlink: 539-642 of 900 GB/s at EP32 on GB200 (DeepEP hybrid-ep README);
+    # deepep-nvlink: ~400 dispatch / ~190 combine of 900 at EP32 (Megatron GB200 guide §2.2.1);
+    # *-network EP kernels: 43-58 of 50 GB/s on CX-7 (DeepEP docs/legacy.md).
+    comm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen({
+        "nccl-nvlink": 0.80, "nccl-network": 0.85,
+        "hybridep-nvlink": 0.65, "hybridep-network": 0.90,
+        "deepep-nvlink": 0.33, "deepep-network": 0.90,
+        "alltoall-nvlink": 0.50, "alltoall-network": 0.80,
+        "allgather-nvlink": 0.50, "allgather-network": 0.80,
+    }))
+    # Fixed start-up cost of one collective (launch, handshake, kernel tail), seconds.
+    collective_overhead_s: Mapping[str, float] = field(default_factory=lambda: _frozen({
+        "nccl": 15e-6, "hybridep": 20e-6, "deepep": 20e-6, "alltoall": 30e-6,
+        "allgather": 30e-6, "p2p": 10e-6,
+    }))
+
+    def __post_init__(self) -> None:
+        for name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
+                     "comm_efficiency"):
+            for key, value in getattr(self, name).items():
+                if not 0 < value <= 1:
+                    raise ValueError(f"{name}[{key}]={value}: must be in (0, 1]")
+        if not 0 < self.memory_efficiency <= 1:
+            raise ValueError(f"memory_efficiency={self.memory_efficiency}: must be in (0, 1]")
+        for name in ("host_launch_s", "kernel_gap_s", "graphed_kernel_gap_s"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 0")
+
+    def comm(self, algorithm: str, fabric: str) -> float:
+        """Efficiency of `algorithm` over `fabric` ("nvlink" or "network")."""
+        key = f"{algorithm}-{fabric}"
+        if key not in self.comm_efficiency:
+            raise ValueError(f"comm_efficiency: no entry {key!r}; known are "
+                             f"{', '.join(sorted(self.comm_efficiency))}")
+        return self.comm_efficiency[key]
+
+    def overhead_s(self, algorithm: str) -> float:
+        return self.collective_overhead_s.get(algorithm, self.collective_overhead_s["nccl"])
+
+
+DEFAULT_PARAMS = CostParams()
+SCALAR_FIELDS = tuple(f.name for f in fields(CostParams)
+                      if isinstance(getattr(DEFAULT_PARAMS, f.name), float))
+
+
+def params_with(params: CostParams, key: str, value: float) -> CostParams:
+    """Set one parameter: a scalar field, or `field.key` inside a mapping field."""
+    name, _, entry = key.partition(".")
+    known = tuple(f.name for f in fields(CostParams))
+    if name not in known:
+        raise ValueError(f"calibration parameter {name!r}: known are {', '.join(known)}")
+    current = getattr(params, name)
+    if not entry:
+        if not isinstance(current, float):
+            raise ValueError(f"calibration parameter {name}: give a key, e.g. {name}.fp8=0.7")
+        return replace(params, **{name: value})
+    return replace(params, **{name: _frozen({**current, entry: value})})

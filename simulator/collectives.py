@@ -1,0 +1,159 @@
+"""Collectives as flows over topology paths, in phases that run one after another.
+
+- all-to-all: every member sends bytes/n to every other member (pairwise flows);
+- send/recv: one flow;
+- reduce-scatter / all-gather: a ring, each member sends (n-1)/n of the buffer to its successor.
+  A group that spans NVLink domains with the same number of members in each runs
+  hierarchically: a ring inside each domain over NVLink, then rings across domains between
+  members with the same local position (rails) carrying (k-1)/k of a 1/d shard;
+- all-reduce: reduce-scatter then all-gather, or, inside one domain whose switch reduces
+  (NVLS), every member sends its buffer up once and receives the result once.
+
+Flows of all the groups a folded task stands for are pooled; flows whose paths cross the same
+kinds of links form one class (they progress at the same rate by symmetry). A class's bytes are
+divided by the efficiency of its algorithm on its fabric: a flow at efficiency e needs 1/e of
+the line-rate time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from topologies.topology import Topology
+from workloads.graph import Collective, Op
+
+from simulator.calibration import CostParams
+from simulator.network import FlowClass, FlowShape
+
+
+@dataclass(frozen=True, slots=True)
+class _Pattern:
+    """Pairs (src, dst) of one step of an algorithm, each moving `fraction` of the payload."""
+
+    pairs: tuple[tuple[int, int], ...]
+    fraction: float
+    steps: int
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """Flow classes that move together, after a fixed start-up latency."""
+
+    latency_s: float
+    classes: tuple[FlowClass, ...]
+
+
+def _ring_pairs(members: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    return tuple((a, members[(i + 1) % len(members)]) for i, a in enumerate(members))
+
+
+def _by_domain(group: tuple[int, ...], topology: Topology) -> list[tuple[int, ...]]:
+    domains: dict[int, list[int]] = defaultdict(list)
+    for rank in group:
+        domains[topology.domain_of(rank)].append(rank)
+    return [tuple(members) for _, members in sorted(domains.items())]
+
+
+def _ring_patterns(group: tuple[int, ...], topology: Topology) -> list[_Pattern]:
+    """Reduce-scatter (or all-gather) of a whole buffer as ring phases."""
+    n = len(group)
+    parts = _by_domain(group, topology)
+    sizes = {len(part) for part in parts}
+    if len(parts) == 1 or len(sizes) != 1 or sizes == {1}:
+        return [_Pattern(_ring_pairs(group), (n - 1) / n, n - 1)]
+    d, k = len(parts[0]), len(parts)
+    intra = tuple(pair for part in parts for pair in _ring_pairs(part))
+    rails = [tuple(part[i] for part in parts) for i in range(d)]
+    inter = tuple(pair for rail in rails for pair in _ring_pairs(rail))
+    return [_Pattern(intra, (d - 1) / d, d - 1), _Pattern(inter, (k - 1) / (k * d), k - 1)]
+
+
+def _patterns(op: Op, group: tuple[int, ...], topology: Topology, nvls: bool,
+              hierarchical: bool = True) -> list[_Pattern]:
+    n = len(group)
+    if op is Op.ALL_TO_ALL:
+        pairs = tuple((a, b) for a in group for b in group if a != b)
+        return [_Pattern(pairs, 1 / n, 1)]
+    if op is Op.SEND_RECV:
+        return [_Pattern(((group[0], group[1]),), 1.0, 1)]
+    one_domain = len({topology.domain_of(rank) for rank in group}) == 1
+    if op is Op.ALL_REDUCE and nvls and one_domain and topology.in_switch_reduction(
+            topology.domain_of(group[0])):
+        return [_Pattern(_ring_pairs(group), 1.0, 1)]
+    ring = (_ring_patterns(group, topology) if hierarchical
+            else [_Pattern(_ring_pairs(group), (n - 1) / n, n - 1)])
+    if op is Op.ALL_REDUCE:
+        return ring + ring[::-1]
+    return ring if op is Op.REDUCE_SCATTER else ring[::-1]
+
+
+@dataclass(frozen=True, slots=True)
+class _ShapeClass:
+    shape: FlowShape
+    fabric: str
+    fraction: float
+    latency_s: float
+
+
+def _classes(pairs: tuple[tuple[int, int], ...], fraction: float,
+             topology: Topology) -> tuple[_ShapeClass, ...]:
+    """Pool flows by the tiers they cross; count how many of each class cross each link."""
+    counts: dict[tuple[str, ...], dict[int, int]] = defaultdict(lambda: defaultdict(int))
+    latency: dict[tuple[str, ...], float] = defaultdict(float)
+    for src, dst in pairs:
+        route = topology.route(src, dst)
+        signature = tuple(topology.links[link].tier for link in route)
+        for link in route:
+            counts[signature][link] += 1
+        latency[signature] = max(latency[signature], topology.path_latency_s(route))
+    result = []
+    for signature, per_link in sorted(counts.items()):
+        links = tuple(sorted(per_link))
+        shape = FlowShape(links=links, counts=tuple(per_link[link] for link in links))
+        fabric = "nvlink" if set(signature) == {"nvlink"} else "network"
+        result.append(_ShapeClass(shape, fabric, fraction, latency[signature]))
+    return tuple(result)
+
+
+class CollectivePlanner:
+    """Turns collectives into phases of flow classes; caches shapes per (op, groups)."""
+
+    def __init__(self, topology: Topology, params: CostParams) -> None:
+        self._topology = topology
+        self._params = params
+        self._cache: dict[tuple[Op, tuple[tuple[int, ...], ...], bool],
+                          list[tuple[int, tuple[_ShapeClass, ...]]]] = {}
+
+    def phases(self, collective: Collective, nvls: bool) -> tuple[Phase, ...]:
+        key = (collective.op, collective.groups, nvls)
+        if key not in self._cache:
+            self._cache[key] = self._shape_phases(collective.op, collective.groups, nvls)
+        algorithm = collective.algorithm
+        overhead_s = self._params.overhead_s(algorithm)
+        phases = []
+        for steps, shape_classes in self._cache[key]:
+            classes = tuple(
+                FlowClass(shape=c.shape, bytes_per_flow=collective.bytes_per_rank * c.fraction
+                          / self._params.comm(self._comm_algorithm(algorithm), c.fabric))
+                for c in shape_classes)
+            latency_s = overhead_s + steps * max(c.latency_s for c in shape_classes)
+            phases.append(Phase(latency_s, classes))
+        return tuple(phases)
+
+    @staticmethod
+    def _comm_algorithm(algorithm: str) -> str:
+        return "nccl" if algorithm == "p2p" else algorithm
+
+    def _shape_phases(self, op: Op, groups: tuple[tuple[int, ...], ...],
+                      nvls: bool) -> list[tuple[int, tuple[_ShapeClass, ...]]]:
+        per_group = [_patterns(op, group, self._topology, nvls) for group in groups]
+        if len({tuple((p.fraction, p.steps) for p in patterns) for patterns in per_group}) > 1:
+            # Groups placed differently (some span domains, some not): flat rings for all.
+            per_group = [_patterns(op, group, self._topology, nvls, hierarchical=False)
+                         for group in groups]
+        phases = []
+        for position, pattern in enumerate(per_group[0]):
+            pairs = tuple(pair for patterns in per_group for pair in patterns[position].pairs)
+            phases.append((pattern.steps, _classes(pairs, pattern.fraction, self._topology)))
+        return phases

@@ -1,0 +1,51 @@
+"""Compute time of one task on one GPU: a roofline plus the launch gaps around its kernels.
+
+    t = max(flops / (peak[precision] * eff[class, precision]),
+            hbm_bytes / (hbm_bandwidth * eff_memory)) + kernels * gap
+
+`gap` is the GPU idle between dependent kernels (smaller inside a CUDA graph). The CPU time to
+launch eager kernels is not here: the engine replays it on a host lane per GPU, so that it is
+hidden when the CPU runs ahead and exposed after a host synchronisation.
+"""
+
+from __future__ import annotations
+
+from topologies.hardware import GPUSpec
+from workloads.graph import KernelClass, Work
+
+from simulator.calibration import CostParams
+
+PEAK_KEY = {"bf16": "bf16", "fp8-cs": "fp8", "fp8-blockwise": "fp8", "mxfp8": "fp8",
+            "nvfp4": "nvfp4", "fp8": "fp8"}
+
+
+def peak_key(precision: str) -> str:
+    """The tensor-core peak that a training precision runs at."""
+    if precision not in PEAK_KEY:
+        raise ValueError(f"precision={precision!r}: known are {', '.join(sorted(PEAK_KEY))}")
+    return PEAK_KEY[precision]
+
+
+def _efficiency(work: Work, params: CostParams) -> float:
+    table = {KernelClass.GEMM: params.gemm_efficiency,
+             KernelClass.GROUPED_GEMM: params.grouped_gemm_efficiency,
+             KernelClass.ATTENTION: params.attention_efficiency}.get(work.kernel_class)
+    if table is None:
+        return 1.0
+    key = peak_key(work.precision)
+    return table.get(key, table["bf16"])
+
+
+def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
+    """Seconds the GPU is busy with `work` at full SM availability."""
+    math_s = 0.0
+    if work.flops > 0:
+        math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, params))
+    memory_s = work.hbm_bytes / (gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency)
+    gap_s = params.graphed_kernel_gap_s if work.graphed else params.kernel_gap_s
+    return max(math_s, memory_s) + work.kernels * gap_s
+
+
+def host_issue_s(kernels: int, graphed: bool, params: CostParams) -> float:
+    """CPU seconds to launch a task's kernels; a captured graph replays without the host."""
+    return 0.0 if graphed else kernels * params.host_launch_s

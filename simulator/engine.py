@@ -1,0 +1,206 @@
+"""simulate(graph, topology, params) -> Trace: one SimPy replay of a training step.
+
+Each simulated rank has a host lane (the CPU launching kernels in program order), a compute
+lane and one lane per kind of communication. A task starts when its dependencies are done, the
+host has launched it and its lane is free (lanes serve the lowest task id first). A collective
+starts when every simulated member has arrived and ends when the fluid network has moved its
+bytes. While a collective whose kernels hold SMs is in flight, compute on that GPU progresses
+at (sm_count - held) / sm_count of its full speed.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Callable, Generator
+
+import numpy as np
+import simpy
+
+from topologies.topology import Topology
+from workloads.graph import Collective, Lane, Task, TaskGraph
+
+from simulator.calibration import CostParams
+from simulator.collectives import CollectivePlanner
+from simulator.costs import compute_time_s, host_issue_s
+from simulator.network import FluidNetwork
+
+COLLECTIVE_HOST_KERNELS = 1
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """When one task ran: `issued_s` the host launched it, [start_s, end_s] on its lane."""
+
+    task_id: int
+    name: str
+    rank: int
+    lane: str
+    category: str
+    issued_s: float
+    start_s: float
+    end_s: float
+    microbatch: int
+    chunk: int
+
+
+@dataclass(frozen=True, slots=True)
+class Trace:
+    """Every task's record and the step time (the last task's end)."""
+
+    records: tuple[TaskRecord, ...]
+    step_time_s: float
+    simulated_ranks: tuple[int, ...]
+
+
+class _SMShare:
+    """Progress of the one running compute task of a GPU, slowed while SMs are held."""
+
+    def __init__(self, env: simpy.Environment, sm_count: int) -> None:
+        self._env = env
+        self._sm_count = sm_count
+        self._held = 0
+        self._remaining_s = 0.0
+        self._last_s = 0.0
+        self._done: simpy.Event | None = None
+        self._generation = 0
+
+    def run(self, seconds: float) -> simpy.Event:
+        self._remaining_s, self._last_s = seconds, self._env.now
+        self._done = self._env.event()
+        self._reschedule()
+        return self._done
+
+    def hold(self, sms: int) -> None:
+        self._advance()
+        self._held += sms
+        self._reschedule()
+
+    def _rate(self) -> float:
+        return max(self._sm_count - self._held, 1) / self._sm_count
+
+    def _advance(self) -> None:
+        if self._done is not None:
+            self._remaining_s -= (self._env.now - self._last_s) * self._rate()
+        self._last_s = self._env.now
+
+    def _reschedule(self) -> None:
+        if self._done is None:
+            return
+        self._generation += 1
+        generation = self._generation
+        timer = self._env.timeout(max(self._remaining_s, 0.0) / self._rate())
+        timer.callbacks.append(lambda _: self._finish(generation))
+
+    def _finish(self, generation: int) -> None:
+        if generation != self._generation or self._done is None:
+            return
+        done, self._done = self._done, None
+        done.succeed()
+
+
+class _Replay:
+    """The SimPy processes of one replay; `run()` returns the Trace."""
+
+    def __init__(self, graph: TaskGraph, topology: Topology, params: CostParams,
+                 nvls: bool) -> None:
+        self.graph, self.topology, self.params, self.nvls = graph, topology, params, nvls
+        self.env = simpy.Environment()
+        self.done = [self.env.event() for _ in graph.tasks]
+        self.issued = [self.env.event() for _ in graph.tasks]
+        self.issued_s = [0.0] * len(graph.tasks)
+        self.lanes: dict[tuple[int, Lane], simpy.PriorityResource] = {}
+        self.sm = {rank: _SMShare(self.env, topology.gpu.sm_count)
+                   for rank in graph.simulated_ranks}
+        self.arrivals: dict[str, list[simpy.Event]] = defaultdict(list)
+        self.planner = CollectivePlanner(topology, params)
+        self.network = FluidNetwork(
+            capacity_bytes_per_s=np.array([link.capacity_bytes_per_s for link in topology.links]),
+            now=lambda: self.env.now, schedule=self._schedule)
+        self.records: list[TaskRecord] = []
+
+    def _schedule(self, delay_s: float, callback: Callable[[], None]) -> None:
+        timer = self.env.timeout(delay_s)
+        timer.callbacks.append(lambda _: callback())
+
+    def _lane(self, rank: int, lane: Lane) -> simpy.PriorityResource:
+        key = (rank, lane)
+        if key not in self.lanes:
+            self.lanes[key] = simpy.PriorityResource(self.env, capacity=1)
+        return self.lanes[key]
+
+    def run(self) -> Trace:
+        by_rank: dict[int, list[Task]] = defaultdict(list)
+        for task in self.graph.tasks:
+            by_rank[task.rank].append(task)
+            self.env.process(self._task(task))
+        for tasks in by_rank.values():
+            self.env.process(self._host(tasks))
+        self.env.run()
+        unfinished = [t.name for t in self.graph.tasks if not self.done[t.id].triggered]
+        if unfinished:
+            raise RuntimeError(f"simulation deadlocked; {len(unfinished)} tasks never ran, "
+                               f"first {unfinished[0]!r}")
+        records = tuple(sorted(self.records, key=lambda r: r.task_id))
+        return Trace(records, max(r.end_s for r in records), self.graph.simulated_ranks)
+
+    def _host(self, tasks: list[Task]) -> Generator[simpy.Event, None, None]:
+        """The CPU of one rank: launches tasks in program order, waits at host syncs."""
+        for task in tasks:
+            if task.work is not None:
+                issue_s = host_issue_s(task.work.kernels, task.work.graphed, self.params)
+            else:
+                assert task.collective is not None
+                issue_s = host_issue_s(COLLECTIVE_HOST_KERNELS, task.collective.graphed,
+                                       self.params)
+            if issue_s > 0:
+                yield self.env.timeout(issue_s)
+            self.issued_s[task.id] = self.env.now
+            self.issued[task.id].succeed()
+            if task.host_sync:
+                yield self.done[task.id]
+
+    def _task(self, task: Task) -> Generator[simpy.Event, None, None]:
+        yield self.env.all_of([self.done[d] for d in task.deps] + [self.issued[task.id]])
+        with self._lane(task.rank, task.lane).request(priority=task.id) as request:
+            yield request
+            start_s = self.env.now
+            if task.work is not None:
+                seconds = compute_time_s(task.work, self.topology.gpu, self.params)
+                yield self.sm[task.rank].run(seconds)
+            else:
+                assert task.collective is not None
+                yield self._arrive(task.collective)
+            self.records.append(TaskRecord(task.id, task.name, task.rank, str(task.lane),
+                                           task.category, self.issued_s[task.id], start_s,
+                                           self.env.now, task.microbatch, task.chunk))
+        self.done[task.id].succeed()
+
+    def _arrive(self, collective: Collective) -> simpy.Event:
+        finished = self.env.event()
+        waiting = self.arrivals[collective.key]
+        waiting.append(finished)
+        if len(waiting) == len(collective.members):
+            events = self.arrivals.pop(collective.key)
+            self.env.process(self._collective(collective, events))
+        return finished
+
+    def _collective(self, collective: Collective,
+                    events: list[simpy.Event]) -> Generator[simpy.Event, None, None]:
+        for rank in collective.members:
+            self.sm[rank].hold(collective.held_sms)
+        for phase in self.planner.phases(collective, self.nvls):
+            yield self.env.timeout(phase.latency_s)
+            moved = self.env.event()
+            self.network.start(list(phase.classes), on_done=moved.succeed)
+            yield moved
+        for rank in collective.members:
+            self.sm[rank].hold(-collective.held_sms)
+        for event in events:
+            event.succeed()
+
+
+def simulate(graph: TaskGraph, topology: Topology, params: CostParams, *,
+             nvls: bool = False) -> Trace:
+    """Replay `graph` on `topology`; `nvls` lets all-reduces inside a domain reduce in-switch."""
+    return _Replay(graph, topology, params, nvls).run()

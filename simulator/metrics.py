@@ -1,0 +1,120 @@
+"""From a Trace to what an engineer reads: throughput, TFLOPs/GPU, MFU and a time breakdown.
+
+    tokens/s/GPU = gbs * seq / (step_time * num_gpus)
+    TFLOPs/GPU   = model_flops_per_step / (step_time * num_gpus)   (Megatron's definition)
+    MFU          = TFLOPs/GPU / dense peak of the training precision
+
+The breakdown splits each simulated rank's step time along its compute lane: busy time by task
+category (compute, recompute, moe_overhead, optimizer), and idle time by what the rank was
+waiting for: the host launching kernels ("launch"), communication in flight on that rank
+("exposed_<kind>", the first kind in EXPOSED_ORDER wins where streams overlap), else the
+pipeline ("pipeline_bubble"). The breakdown reported is the mean over simulated ranks; its
+parts add up to the step time.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Mapping
+
+from simulator.engine import TaskRecord, Trace
+
+EXPOSED_ORDER = ("ep", "tp", "pp", "dp")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepMetrics:
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    breakdown_s: Mapping[str, float]
+
+
+def _subtract(interval: tuple[float, float],
+              cuts: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Parts of `interval` not covered by `cuts` (sorted by start)."""
+    pieces, cursor = [], interval[0]
+    for start, end in cuts:
+        if end <= cursor or start >= interval[1]:
+            continue
+        if start > cursor:
+            pieces.append((cursor, min(start, interval[1])))
+        cursor = max(cursor, end)
+    if cursor < interval[1]:
+        pieces.append((cursor, interval[1]))
+    return pieces
+
+
+def _merge(intervals: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    merged: list[tuple[float, float]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def _length(intervals: list[tuple[float, float]]) -> float:
+    return sum(end - start for start, end in intervals)
+
+
+def _idle_gaps(compute: list[TaskRecord], step_time_s: float) -> list[tuple[float, float, float]]:
+    """(start, end, issued_s of the task that ends the gap) for every idle stretch."""
+    gaps, cursor = [], 0.0
+    for record in compute:
+        if record.start_s > cursor:
+            gaps.append((cursor, record.start_s, record.issued_s))
+        cursor = max(cursor, record.end_s)
+    if cursor < step_time_s:
+        gaps.append((cursor, step_time_s, cursor))
+    return gaps
+
+
+def rank_breakdown(records: list[TaskRecord], step_time_s: float) -> dict[str, float]:
+    """Seconds of one rank's step by category; the values add up to `step_time_s`."""
+    compute = sorted((r for r in records if r.lane == "compute"), key=lambda r: r.start_s)
+    parts: dict[str, float] = defaultdict(float)
+    for record in compute:
+        parts[record.category] += record.end_s - record.start_s
+    comm: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for record in records:
+        if record.lane != "compute":
+            comm[record.category].append((record.start_s, record.end_s))
+    comm_merged = {kind: _merge(spans) for kind, spans in comm.items()}
+    for start, end, issued_s in _idle_gaps(compute, step_time_s):
+        host_end = min(max(issued_s, start), end)
+        parts["launch"] += host_end - start
+        remaining = [(host_end, end)] if host_end < end else []
+        for kind in EXPOSED_ORDER:
+            spans = comm_merged.get(kind, [])
+            left = [piece for gap in remaining for piece in _subtract(gap, spans)]
+            parts[f"exposed_{kind}"] += _length(remaining) - _length(left)
+            remaining = left
+        parts["pipeline_bubble"] += _length(remaining)
+    return dict(parts)
+
+
+def step_breakdown(trace: Trace) -> dict[str, float]:
+    """Mean over simulated ranks of `rank_breakdown`."""
+    by_rank: dict[int, list[TaskRecord]] = defaultdict(list)
+    for record in trace.records:
+        by_rank[record.rank].append(record)
+    total: dict[str, float] = defaultdict(float)
+    for records in by_rank.values():
+        for key, value in rank_breakdown(records, trace.step_time_s).items():
+            total[key] += value / len(by_rank)
+    return {key: total[key] for key in sorted(total) if total[key] > 0}
+
+
+def step_metrics(trace: Trace, *, num_gpus: int, tokens_per_step: float,
+                 model_flops_per_step: float, peak_flops_per_s: float) -> StepMetrics:
+    step_s = trace.step_time_s
+    flops_per_gpu_s = model_flops_per_step / (step_s * num_gpus)
+    return StepMetrics(step_time_s=step_s,
+                       tokens_per_s_per_gpu=tokens_per_step / (step_s * num_gpus),
+                       tflops_per_gpu=flops_per_gpu_s / 1e12,
+                       mfu=flops_per_gpu_s / peak_flops_per_s,
+                       breakdown_s=step_breakdown(trace))

@@ -1,0 +1,122 @@
+"""Model specs, parameter counts and Megatron model FLOPs against published numbers."""
+
+import pytest
+
+from workloads import flops
+from workloads.models import MODELS, ModelSpec, model_spec
+
+DSV3 = MODELS["deepseek-v3"]
+LLAMA3_8B = MODELS["llama3-8b"]
+
+
+def test_dsv3_flops_per_token_with_mtp_is_megatron_exact() -> None:
+    # deepseek-v3-and-flops.md §2.3: 259,992,950,784 FLOP/token; Bridge 26.06 table 1648 TF at
+    # 6338 tokens/s/GPU gives 2.60019e11 (rounding of the published integers).
+    value = flops.model_flops_per_token(DSV3, 4096)
+    assert value == 259_992_950_784
+    assert value == pytest.approx(1648e12 / 6338, rel=1e-3)
+
+
+def test_dsv3_flops_per_token_without_mtp() -> None:
+    # §2.3: 249.812 GF/token without MTP; Bridge 25.11 table 1088 TF at 4357 tokens/s/GPU.
+    value = flops.model_flops_per_token(DSV3.with_mtp(0), 4096)
+    assert value == pytest.approx(249.812e9, rel=1e-3)
+    assert value == pytest.approx(1088e12 / 4357, rel=1e-3)
+
+
+def test_llama3_8b_flops_per_token() -> None:
+    # hardware-and-recipes.md §2: Llama-3-8B at seq 8192 = 51.5 GFLOP/token.
+    assert flops.model_flops_per_token(LLAMA3_8B, 8192) == pytest.approx(51.5e9, rel=5e-3)
+
+
+def test_dsv3_flops_per_step() -> None:
+    # §2.3: 4.36196e18 FLOP per GBS-4096 iteration.
+    assert flops.model_flops_per_step(DSV3, 4096, 4096) == pytest.approx(4.36196e18, rel=1e-5)
+
+
+def _block_sum(model: ModelSpec, seq_len: int, tp: int) -> float:
+    """Forward FLOPs per token summed layer by layer, the way a task graph adds its tasks."""
+    moe = (model.moe_router_topk * flops.expert_fwd_flops(model)
+           + flops.shared_expert_fwd_flops(model))
+    dense = flops.dense_mlp_fwd_flops(model)
+    types = [model.is_moe_layer(i) for i in range(model.num_layers)]
+    types += [types[-1]] * model.mtp_layers
+    attention = (flops.attention_linear_fwd_flops(model)
+                 + flops.core_attention_fwd_flops(model, seq_len))
+    total = sum(attention + (moe if is_moe else dense) for is_moe in types)
+    total += model.mtp_layers * flops.mtp_proj_fwd_flops(model)
+    return total + (1 + model.mtp_layers) * flops.logits_fwd_flops(model, tp)
+
+
+@pytest.mark.parametrize("model", [DSV3, DSV3.with_mtp(0), DSV3.with_mtp(2), LLAMA3_8B],
+                         ids=["dsv3", "dsv3-mtp0", "dsv3-mtp2", "llama3-8b"])
+@pytest.mark.parametrize("tp", [1, 2])
+def test_blocks_times_three_equal_model_flops(model: ModelSpec, tp: int) -> None:
+    assert 3 * _block_sum(model, 4096, tp) == flops.model_flops_per_token(model, 4096, tp)
+
+
+def test_dsv3_per_gemm_forward_flops() -> None:
+    # §2.4 table, forward FLOP per token.
+    assert flops.expert_fwd_flops(DSV3) * 8 == pytest.approx(704.64e6, rel=1e-4)
+    assert flops.shared_expert_fwd_flops(DSV3) == pytest.approx(88.08e6, rel=1e-4)
+    assert flops.dense_mlp_fwd_flops(DSV3) == pytest.approx(792.72e6, rel=1e-4)
+    assert flops.router_fwd_flops(DSV3) == pytest.approx(3.67e6, rel=1e-3)
+    assert flops.core_attention_fwd_flops(DSV3, 4096) == pytest.approx(100.66e6 + 67.11e6, rel=1e-4)
+    assert flops.mtp_proj_fwd_flops(DSV3) == pytest.approx(205.56e6, rel=1e-4)
+    assert flops.logits_fwd_flops(DSV3) == pytest.approx(1853.36e6, rel=1e-4)
+
+
+def test_router_is_not_model_flops() -> None:
+    no_router = flops.model_flops_per_token(DSV3, 4096)
+    assert 3 * _block_sum(DSV3, 4096, 1) == no_router
+    assert flops.router_fwd_flops(DSV3) > 0
+
+
+def test_only_tp_enters_model_flops_through_vocab_padding() -> None:
+    # The plan's pp, ep, cp, dp are not inputs at all; tp pads the vocab to 1280·tp.
+    assert DSV3.padded_vocab_size(1) == 129_280
+    assert DSV3.padded_vocab_size(2) == 130_560
+    tp1 = flops.model_flops_per_token(DSV3, 4096, tp=1)
+    tp2 = flops.model_flops_per_token(DSV3, 4096, tp=2)
+    assert tp2 - tp1 == 3 * 2 * 2 * DSV3.hidden_size * (130_560 - 129_280)
+    assert LLAMA3_8B.padded_vocab_size(2) == 128_256  # 128256 = 256 x 501
+    assert LLAMA3_8B.padded_vocab_size(8) == 129_024  # next multiple of 1024
+
+
+def test_dsv3_parameter_counts() -> None:
+    # §1.2 recount: 671,026,404,352 without MTP, 37.55e9 active incl. embedding and head;
+    # 187,107,328 attention params per layer; 44,040,192 per expert.
+    main = DSV3.with_mtp(0)
+    assert main.total_params() == 671_026_404_352
+    assert main.active_params() == 37_552_282_624
+    assert DSV3.attention_params_per_layer == 187_107_328
+    assert DSV3.expert_params == 44_040_192
+    assert DSV3.num_moe_layers == 58 and DSV3.num_dense_layers == 3
+
+
+def test_dsv3_with_mtp_matches_hf_checkpoint() -> None:
+    # DeepSeek-V3 README: the HF checkpoint holds 685B = 671B + MTP module, which stores its own
+    # copies of the embedding and output head (shared, so counted once by total_params).
+    checkpoint = DSV3.total_params() + 2 * DSV3.embedding_params
+    assert checkpoint == pytest.approx(685e9, rel=1e-3)
+
+
+def test_llama3_8b_parameter_count() -> None:
+    assert LLAMA3_8B.total_params() == pytest.approx(8.03e9, rel=1e-3)
+    assert LLAMA3_8B.active_params() == LLAMA3_8B.total_params()
+    assert LLAMA3_8B.num_moe_layers == 0 and not LLAMA3_8B.is_moe_layer(0)
+
+
+def test_model_lookup_and_errors() -> None:
+    assert model_spec("deepseek-v3") is DSV3
+    with pytest.raises(ValueError, match="known: deepseek-v3, llama3-8b"):
+        model_spec("gpt-5")
+    with pytest.raises(ValueError, match="moe_layer_freq"):
+        ModelSpec(name="x", hidden_size=64, num_layers=2, vocab_size=100, num_attention_heads=4,
+                  ffn_hidden_size=128, num_experts=4, moe_ffn_hidden_size=32, moe_router_topk=2,
+                  moe_layer_freq=(1,))
+    with pytest.raises(ValueError, match="attention="):
+        ModelSpec(name="x", hidden_size=64, num_layers=2, vocab_size=100, num_attention_heads=4,
+                  ffn_hidden_size=128, attention="mha")
+    with pytest.raises(ValueError, match="seq_len=0"):
+        flops.core_attention_fwd_flops(DSV3, 0)

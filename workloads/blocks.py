@@ -1,0 +1,171 @@
+"""The executed work of each block of a layer, on one GPU, for one micro batch.
+
+Every block's forward work is its per-token FLOPs times the tokens one GPU handles,
+T = mbs * seq / (tp * cp) (tensor parallelism with sequence parallelism splits both the GEMMs
+and the token-wise kernels; balanced experts give every GPU T * top-k token-expert pairs).
+Backward GEMMs cost 2x forward (data and weight gradients); fused attention backward costs
+2.5x forward (it recomputes the scores). Router, permutation, norms and quantisation are
+executed work that model FLOPs do not credit; so is recompute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import comb
+
+from workloads import flops
+from workloads.graph import KernelClass, Work
+from workloads.models import ModelSpec
+from workloads.parallelism import ParallelPlan
+from workloads.recipes import Recipe
+
+BF16_BYTES = 2
+BACKWARD_GEMM_FACTOR = 2.0
+BACKWARD_ATTENTION_FACTOR = 2.5
+# Blocks a TE-scoped ("partial") CUDA graph captures: attention, router and preprocessing,
+# and the shared expert (Megatron-LM cuda-graph-scope attn, moe_router, moe_preprocess).
+PARTIAL_GRAPH_BLOCKS = frozenset({"norms", "attn_proj", "core_attn", "router", "shared_expert",
+                                  "dense_mlp"})
+# Kernel launches per block (forward, backward), counted from Megatron Core / TE modules.
+KERNELS = {"norms": (4, 6), "attn_proj": (14, 24), "core_attn": (2, 4), "router": (10, 10),
+           "experts": (6, 10), "unpermute": (3, 3), "shared_expert": (5, 8),
+           "dense_mlp": (5, 8), "embedding": (2, 2), "logits": (3, 4), "loss": (4, 4),
+           "mtp_proj": (4, 6), "optimizer": (12, 12)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockWork:
+    """Forward and backward work of one block; `recompute` is forward work redone in backward."""
+
+    forward: Work
+    backward: Work
+    recompute: Work | None = None
+
+
+def tokens_per_gpu(plan: ParallelPlan) -> float:
+    """Tokens of one micro batch that one GPU processes in token-parallel kernels."""
+    return plan.mbs * plan.seq_len / (plan.tp * plan.cp)
+
+
+def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
+    """Copies of a token that leave for the experts: top-k per pair with NCCL dispatchers;
+    one per distinct destination rank with DeepEP/HybridEP (uniform routing):
+    ep * (1 - C(E - E/ep, k) / C(E, k))."""
+    k, experts = model.moe_router_topk, model.num_experts
+    if recipe.dispatcher in ("alltoall", "allgather"):
+        return float(k)
+    local = experts // plan.ep
+    return plan.ep * (1 - comb(experts - local, k) / comb(experts, k))
+
+
+def _graphed(block: str, recipe: Recipe) -> bool:
+    return recipe.cuda_graphs == "full" or (
+        recipe.cuda_graphs == "partial" and block in PARTIAL_GRAPH_BLOCKS)
+
+
+def _gemm(block: str, fwd_flops: float, hbm_bytes: float, precision: str, recipe: Recipe,
+          kernel_class: KernelClass = KernelClass.GEMM,
+          backward_factor: float = BACKWARD_GEMM_FACTOR) -> BlockWork:
+    fwd_kernels, bwd_kernels = KERNELS[block]
+    graphed = _graphed(block, recipe)
+    forward = Work(flops=fwd_flops, hbm_bytes=hbm_bytes, kernel_class=kernel_class,
+                   precision=precision, kernels=fwd_kernels, graphed=graphed)
+    backward = Work(flops=fwd_flops * backward_factor, hbm_bytes=2 * hbm_bytes,
+                    kernel_class=kernel_class, precision=precision, kernels=bwd_kernels,
+                    graphed=graphed)
+    return BlockWork(forward=forward, backward=backward)
+
+
+def _memory(block: str, hbm_bytes: float, recipe: Recipe) -> BlockWork:
+    return _gemm(block, 0.0, hbm_bytes, "bf16", recipe, KernelClass.MEMORY)
+
+
+def _with_recompute(block: BlockWork, recomputed: bool) -> BlockWork:
+    if not recomputed:
+        return block
+    return BlockWork(forward=block.forward, backward=block.backward, recompute=block.forward)
+
+
+def _mla_up_proj_flops(model: ModelSpec) -> float:
+    n = model.num_attention_heads
+    q_up = (model.q_lora_rank or 0) * n * (model.qk_head_dim + model.qk_pos_emb_head_dim)
+    kv_up = model.kv_lora_rank * n * (model.qk_head_dim + model.v_head_dim)
+    return 2.0 * (q_up + kv_up)
+
+
+def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str, BlockWork]:
+    """Norms (with residuals and quantisation), attention projections, core attention."""
+    tokens, h = tokens_per_gpu(plan), model.hidden_size
+    modules = set(recipe.recompute_modules)
+    full = "full" in modules
+    norms = _memory("norms", tokens * h * 7 * BF16_BYTES, recipe)
+    proj = _gemm("attn_proj", tokens * flops.attention_linear_fwd_flops(model),
+                 tokens * h * 4 * BF16_BYTES, recipe.precision, recipe)
+    if "mla_up_proj" in modules and model.attention == "mla" and not full:
+        up = _gemm("attn_proj", tokens * _mla_up_proj_flops(model), 0.0, recipe.precision,
+                   recipe)
+        proj = BlockWork(forward=proj.forward, backward=proj.backward, recompute=up.forward)
+    core = _gemm("core_attn", tokens * flops.core_attention_fwd_flops(model, plan.seq_len), 0.0,
+                 "fp8" if recipe.fp8_attention else "bf16", recipe, KernelClass.ATTENTION,
+                 BACKWARD_ATTENTION_FACTOR)
+    return {"norms": _with_recompute(norms, full or "layernorm" in modules),
+            "attn_proj": _with_recompute(proj, full),
+            "core_attn": _with_recompute(core, full or "core_attn" in modules)}
+
+
+def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str, BlockWork]:
+    """Router with permutation, routed experts (grouped GEMM), unpermute, shared expert."""
+    tokens, h, k = tokens_per_gpu(plan), model.hidden_size, model.moe_router_topk
+    modules = set(recipe.recompute_modules)
+    whole = bool({"full", "moe"} & modules)
+    pairs = tokens * k
+    router = _gemm("router", tokens * flops.router_fwd_flops(model),
+                   (tokens * h + 2 * pairs * h) * BF16_BYTES, "bf16", recipe)
+    experts = _gemm("experts", pairs * flops.expert_fwd_flops(model),
+                    pairs * (h + model.moe_ffn_hidden_size) * 2 * BF16_BYTES, recipe.precision,
+                    recipe, KernelClass.GROUPED_GEMM)
+    if "moe_act" in modules and not whole:
+        act_bytes = pairs * model.moe_ffn_hidden_size * 3 * BF16_BYTES
+        experts = BlockWork(forward=experts.forward, backward=experts.backward,
+                            recompute=_memory("experts", act_bytes, recipe).forward)
+    blocks = {"router": _with_recompute(router, whole),
+              "experts": _with_recompute(experts, whole),
+              "unpermute": _with_recompute(_memory("unpermute", 2 * pairs * h * BF16_BYTES,
+                                                   recipe), whole)}
+    if model.moe_shared_expert_intermediate_size:
+        shared = _gemm("shared_expert", tokens * flops.shared_expert_fwd_flops(model),
+                       tokens * h * 2 * BF16_BYTES, recipe.precision, recipe)
+        blocks["shared_expert"] = _with_recompute(
+            shared, whole or "shared_experts" in modules)
+    return blocks
+
+
+def dense_mlp_block(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> BlockWork:
+    tokens = tokens_per_gpu(plan)
+    mlp = _gemm("dense_mlp", tokens * flops.dense_mlp_fwd_flops(model),
+                tokens * model.hidden_size * 2 * BF16_BYTES, recipe.precision, recipe)
+    return _with_recompute(mlp, bool({"full", "mlp"} & set(recipe.recompute_modules)))
+
+
+def head_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str, BlockWork]:
+    """Embedding lookup, output logits (kept in BF16), cross entropy, MTP projection."""
+    tokens_seq = plan.mbs * plan.seq_len / plan.cp
+    vocab = model.padded_vocab_size(plan.tp)
+    h = model.hidden_size
+    return {
+        "embedding": _memory("embedding", tokens_seq * h * BF16_BYTES / plan.tp, recipe),
+        "logits": _gemm("logits", tokens_seq * flops.logits_fwd_flops(model, plan.tp) / plan.tp,
+                        tokens_seq * vocab * BF16_BYTES / plan.tp, "bf16", recipe),
+        "loss": _memory("loss", tokens_seq * vocab * 3 * BF16_BYTES / plan.tp, recipe),
+        "mtp_proj": _gemm("mtp_proj", tokens_per_gpu(plan) * flops.mtp_proj_fwd_flops(model),
+                          tokens_per_gpu(plan) * h * 3 * BF16_BYTES, recipe.precision, recipe),
+    }
+
+
+def optimizer_work(params_per_gpu: float, recipe: Recipe, graphed: bool) -> Work:
+    """Adam on this GPU's shard: read gradient, read and write states and main weights,
+    write the model weight (bytes per parameter from the recipe)."""
+    bytes_per_param = 2 * recipe.optimizer_state_bytes_per_param + 2 * BF16_BYTES
+    return Work(flops=0.0, hbm_bytes=params_per_gpu * bytes_per_param,
+                kernel_class=KernelClass.MEMORY, precision="bf16",
+                kernels=KERNELS["optimizer"][0], graphed=graphed)

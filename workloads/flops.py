@@ -1,0 +1,92 @@
+"""Model FLOPs exactly as Megatron counts them, and the forward FLOPs of each block.
+
+Owns Megatron-LM's `num_floating_point_operations` (megatron/training/training.py; Megatron
+Bridge's flop_utils.py is identical for MLA; research/deepseek-v3-and-flops.md §2.1) for
+fixed-length (BSHD) batches, and the per-token forward FLOPs of every block a task graph needs.
+The one formula, per token, forward + backward (x3: fwd, dgrad, wgrad; 2 FLOPs per MAC):
+
+    3 · [ N_dense·mlp + N_moe·(k·expert + shared) + L_tot·(attn_linear + core_attn(s))
+          + D·mtp_proj + (1 + D)·logits(V_padded(tp)) ]
+
+with D MTP layers counted as extra layers of the last layer's type (N_moe or N_dense += D,
+L_tot = L + D), core attention halved for the causal mask, and the vocab padded for `tp`. That
+padding is the only way the parallel plan enters: model FLOPs do not depend on pp, ep, cp, dp.
+Not counted (executed, but not credited): router, permutation, activation and norm kernels
+outside MLA's q/kv norms, recompute, capacity padding, flash-attention backward recompute.
+"""
+
+from workloads.models import ModelSpec
+
+FWD_BWD_FACTOR = 3
+"""Megatron counts every GEMM three times: forward, backward-dgrad, backward-wgrad."""
+
+
+def attention_linear_fwd_flops(model: ModelSpec) -> float:
+    """Attention projections of one layer, per token. MLA: 2·(Q + KV + h·d_r + n·d_v·h), the
+    q/kv norm "+1" terms included; GQA: 2·(h·(q + 2·kv) + q·h). Equals 2 x the layer's
+    attention parameters in both cases."""
+    return 2.0 * model.attention_params_per_layer
+
+
+def core_attention_fwd_flops(model: ModelSpec, seq_len: int) -> float:
+    """Scores QK^T and context P·V of one layer, per token, causal (half the score matrix)."""
+    if seq_len < 1:
+        raise ValueError(f"seq_len={seq_len}: must be >= 1")
+    n = model.num_attention_heads
+    if model.attention == "mla":
+        per_key = n * (model.qk_head_dim + model.qk_pos_emb_head_dim) / 2 + n * model.v_head_dim / 2
+    else:
+        per_key = n * model.head_dim / 2 * 2
+    return 2.0 * seq_len * per_key
+
+
+def dense_mlp_fwd_flops(model: ModelSpec) -> float:
+    """Dense FFN of one layer, per token."""
+    return 2.0 * model.dense_mlp_params
+
+
+def expert_fwd_flops(model: ModelSpec) -> float:
+    """ONE token through ONE routed expert (a token visits moe_router_topk of them)."""
+    return 2.0 * model.expert_params
+
+
+def shared_expert_fwd_flops(model: ModelSpec) -> float:
+    """Shared expert of one MoE layer, per token (0 without a shared expert)."""
+    return 2.0 * model.shared_expert_params
+
+
+def router_fwd_flops(model: ModelSpec) -> float:
+    """Router GEMM h -> E, per token. Executed, but NOT part of Megatron's model FLOPs."""
+    return 2.0 * model.router_params
+
+
+def logits_fwd_flops(model: ModelSpec, tp: int = 1) -> float:
+    """One output head h -> padded vocab at `tp`, per token."""
+    return 2.0 * model.hidden_size * model.padded_vocab_size(tp)
+
+
+def mtp_proj_fwd_flops(model: ModelSpec) -> float:
+    """One MTP layer's eh_proj 2h -> h plus its three norms, per token: 2·(3h + 2h²)."""
+    return 2.0 * model.mtp_extra_params
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int, tp: int = 1) -> float:
+    """Megatron model FLOPs per token, forward + backward, for sequences of `seq_len`."""
+    mtp = model.mtp_layers
+    moe_layers = model.num_moe_layers + (mtp if model.mtp_is_moe else 0)
+    dense_layers = model.num_layers + mtp - moe_layers
+    moe_block = model.moe_router_topk * expert_fwd_flops(model) + shared_expert_fwd_flops(model)
+    forward = (dense_layers * dense_mlp_fwd_flops(model)
+               + moe_layers * moe_block
+               + (model.num_layers + mtp) * (attention_linear_fwd_flops(model)
+                                             + core_attention_fwd_flops(model, seq_len))
+               + mtp * mtp_proj_fwd_flops(model)
+               + (1 + mtp) * logits_fwd_flops(model, tp))
+    return FWD_BWD_FACTOR * forward
+
+
+def model_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, tp: int = 1) -> float:
+    """Megatron model FLOPs of one iteration over `global_batch` sequences of `seq_len`."""
+    if global_batch < 1:
+        raise ValueError(f"global_batch={global_batch}: must be >= 1")
+    return model_flops_per_token(model, seq_len, tp) * seq_len * global_batch

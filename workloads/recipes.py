@@ -1,0 +1,258 @@
+"""Software recipes: the framework features of one release, as data.
+
+Owns `Recipe`, the catalog `RECIPES` (NVIDIA Megatron-Bridge DeepSeek-V3 GB300 performance
+recipes), `recipe(name)`, `recipe_with(...)` and `parse_recipe_value(...)` for CLI overrides.
+A recipe says what the software does (precision, dispatcher, CUDA graphs, overlap, recompute,
+padding, optimizer precision); it carries no FLOPs, bytes of activations or seconds. The one
+formula, the optimizer state it implies per parameter (sharded by the distributed optimizer):
+
+    optimizer_state_bytes_per_param = main params + Adam exp_avg + exp_avg_sq
+        = 4 + 4 + 4 = 12 (Megatron default)  or  4 + 2 + 2 = 8 (BF16 moments)
+
+Sources: research/deepseek-v3-and-flops.md (§4.x below), research/hardware-and-recipes.md §3
+("hw §3"), data/README.md recipe-flag table ("data table").
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+PRECISIONS = ("bf16", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4")
+DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
+NCCL_DISPATCHERS = ("alltoall", "allgather")
+CUDA_GRAPHS = ("none", "partial", "full")
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe",
+                     "shared_experts")
+FULL_RECOMPUTE = ("full",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Recipe:
+    """Framework features; defaults are plain Megatron-LM defaults.
+
+    dispatcher_sms: SMs the DeepEP/HybridEP kernels hold while they run; 0 for the NCCL
+    dispatchers (alltoall/allgather), whose few NCCL channels are not modelled as held SMs.
+    cuda_graphs: "partial" = TE-scoped per-layer graphs, "full" = full-iteration graph.
+    a2a_overlap: 1F1B EP all-to-all overlap (with delayed wgrad), §4.6.
+    recompute_modules: selective recompute modules (§4.9), ("full",) or () for none.
+    expert_capacity_factor: None = dropless; else tokens per expert (or, with HybridEP, per EP
+    rank: moe_expert_rank_capacity_factor) are padded to this factor x the balanced load.
+    grad_reduce_dtype_bytes: bytes per gradient element in the grad buffer and its reduction.
+    fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
+    optimizer_state_bytes_per_param: main params + both Adam moments (see module docstring).
+    nccl_nvls: NCCL may use NVLink SHARP (in-switch reduction) collectives.
+    """
+
+    name: str
+    precision: str = "bf16"
+    dispatcher: str = "alltoall"
+    dispatcher_sms: int = 0
+    cuda_graphs: str = "none"
+    a2a_overlap: bool = False
+    shared_expert_overlap: bool = False
+    overlap_grad_reduce: bool = False
+    overlap_param_gather: bool = False
+    recompute_modules: tuple[str, ...] = ()
+    fp8_attention: bool = False
+    expert_capacity_factor: float | None = None
+    grad_reduce_dtype_bytes: int = 4
+    fp8_param_gather: bool = False
+    optimizer_state_bytes_per_param: float = 12.0
+    nccl_nvls: bool = True
+
+    def __post_init__(self) -> None:
+        for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
+                               ("cuda_graphs", CUDA_GRAPHS)):
+            if getattr(self, field) not in allowed:
+                raise ValueError(f"{field}={getattr(self, field)!r}: must be one of {allowed}")
+        _check_dispatcher_sms(self)
+        _check_recompute(self.recompute_modules)
+        _check_numbers(self)
+        _check_compatibility(self)
+
+
+def _check_dispatcher_sms(r: Recipe) -> None:
+    if r.dispatcher in NCCL_DISPATCHERS and r.dispatcher_sms != 0:
+        raise ValueError(f"dispatcher_sms={r.dispatcher_sms}: must be 0 for the NCCL "
+                         f"dispatcher {r.dispatcher!r}")
+    if r.dispatcher not in NCCL_DISPATCHERS and r.dispatcher_sms < 1:
+        raise ValueError(f"dispatcher_sms={r.dispatcher_sms}: {r.dispatcher} kernels hold SMs, "
+                         f"must be >= 1")
+
+
+def _check_recompute(modules: tuple[str, ...]) -> None:
+    if modules == FULL_RECOMPUTE:
+        return
+    for module in modules:
+        if module not in RECOMPUTE_MODULES:
+            raise ValueError(f"recompute_modules={modules}: unknown module {module!r}; allowed: "
+                             f"{', '.join(RECOMPUTE_MODULES)}, or ('full',) alone")
+    if len(set(modules)) != len(modules):
+        raise ValueError(f"recompute_modules={modules}: a module is listed twice")
+
+
+def _check_numbers(r: Recipe) -> None:
+    if r.expert_capacity_factor is not None and r.expert_capacity_factor <= 0:
+        raise ValueError(f"expert_capacity_factor={r.expert_capacity_factor}: must be None "
+                         f"(dropless) or > 0")
+    if r.grad_reduce_dtype_bytes not in (2, 4):
+        raise ValueError(f"grad_reduce_dtype_bytes={r.grad_reduce_dtype_bytes}: must be 2 (bf16) "
+                         f"or 4 (fp32)")
+    if r.optimizer_state_bytes_per_param <= 0:
+        raise ValueError(f"optimizer_state_bytes_per_param={r.optimizer_state_bytes_per_param}: "
+                         f"must be > 0")
+
+
+def _check_compatibility(r: Recipe) -> None:
+    """Megatron's constraints, research/deepseek-v3-and-flops.md §4.5, §4.6 and §4.10."""
+    if r.a2a_overlap and r.shared_expert_overlap:
+        raise ValueError("shared_expert_overlap=True: incompatible with a2a_overlap=True")
+    if r.a2a_overlap and (r.recompute_modules == FULL_RECOMPUTE or "moe" in r.recompute_modules):
+        raise ValueError(f"recompute_modules={r.recompute_modules}: a2a_overlap=True forbids "
+                         f"full recompute and 'moe'")
+    if r.a2a_overlap and r.dispatcher == "allgather":
+        raise ValueError("dispatcher='allgather': a2a_overlap=True needs alltoall, deepep or "
+                         "hybridep")
+    for field in ("fp8_attention", "fp8_param_gather"):
+        if getattr(r, field) and r.precision == "bf16":
+            raise ValueError(f"{field}=True: needs an FP8/FP4 precision, not precision='bf16'")
+
+
+_MBRIDGE_26_06 = Recipe(
+    # DeepSeek-V3, GB300, 1,648 TFLOP/s/GPU: Megatron-Bridge v0.5.0 perf config
+    # DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V2 (deepseek-v3-and-flops.md §4.13; hw §3 row 1).
+    name="mbridge-26.06",
+    precision="mxfp8",                     # §4.13: MXFP8
+    dispatcher="hybridep",                 # §4.13: flex dispatcher, HybridEP backend
+    dispatcher_sms=32,                     # §4.13: moe_hybridep_num_sms=32
+    cuda_graphs="full",                    # §4.13: cuda_graph_impl=full_iteration
+    a2a_overlap=True,                      # §4.13: moe_a2a_overlap=True (+ delay_wgrad_compute)
+    shared_expert_overlap=False,           # §4.13: shared-expert overlap off
+    overlap_grad_reduce=True,              # §4.13: distributed optimizer, overlap_grad_reduce
+    overlap_param_gather=True,             # §4.13: overlap_param_gather
+    recompute_modules=(),                  # §4.13: recompute_modules=[]
+    fp8_attention=True,                    # §4.13: fp8_dot_product_attention=True
+    expert_capacity_factor=1.5,            # §4.13: moe_expert_rank_capacity_factor=1.5 (padded)
+    grad_reduce_dtype_bytes=2,             # §4.13: BF16 grad reduce (grad_reduce_in_fp32=False)
+    fp8_param_gather=False,                # §4.10: not used with MXFP8
+    optimizer_state_bytes_per_param=8.0,   # §4.13: FP32 main params + BF16 moments
+    nccl_nvls=False,                       # hw §3 row 1: NCCL_NVLS_ENABLE=0
+)
+
+_MBRIDGE_26_02 = Recipe(
+    # DeepSeek-V3, GB300, 26.02-26.04.01 (1,199 -> 1,298): Megatron-Bridge v0.3.0/v0.4.x perf
+    # configs (hw §3 row 3; data table row "26.02 - 26.04.01 gb300").
+    name="mbridge-26.02",
+    precision="mxfp8",                     # data table / calibration.csv rows mb2602-dsv3-gb300
+    dispatcher="hybridep",                 # data table: hybridep
+    dispatcher_sms=32,                     # §4.2: Bridge perf recipes use 32 (library default 16)
+    cuda_graphs="none",                    # data table: none
+    a2a_overlap=False,                     # data table: 0
+    shared_expert_overlap=True,            # §4.5: Bridge DSv3 provider default (a2a overlap off)
+    overlap_grad_reduce=True,              # hw §3: common to all NVIDIA DSv3 perf recipes
+    overlap_param_gather=True,             # hw §3: common to all NVIDIA DSv3 perf recipes
+    recompute_modules=("mla_up_proj",),    # data table: mla_up_proj
+    fp8_attention=False,                   # data table: 0
+    expert_capacity_factor=None,           # dropless; rank capacity came with full graphs (26.06)
+    grad_reduce_dtype_bytes=2,             # §4.12: DSv3 perf recipes set grad_reduce_in_fp32=False
+    fp8_param_gather=False,                # §4.10: not used with MXFP8
+    optimizer_state_bytes_per_param=8.0,   # Bridge recipes/deepseek/deepseek_v3.py: precision-aware
+                                           # optimizer, FP32 main params + BF16 moments
+    nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
+)
+
+_MBRIDGE_25_11 = Recipe(
+    # DeepSeek-V3, GB300, 25.11 (1,088, no MTP). The 25.11 table rows carry no recipe flags and
+    # do not match the release recipes (hw §2 caveat 7). Flags below come from the pre-v0.3
+    # Megatron-Bridge perf scripts: scripts/performance/configs/deepseek/
+    # deepseek_workload_base_configs.py (DEEPSEEK_V3_GB300_BASE_CONFIG, the version whose H100
+    # entry, DeepEP + A2A overlap, data/README.md quotes as "the v0.2 recipe") and
+    # deepseek_llm_pretrain.py. That this version is the 25.11 container's is inferred.
+    name="mbridge-25.11",
+    precision="mxfp8",                     # calibration.csv mb2511-dsv3-gb300-256-mxfp8
+    dispatcher="hybridep",                 # base config: moe_flex_dispatcher_backend="hybridep"
+    dispatcher_sms=32,                     # not in the config: assumed as in 26.02 (§4.2)
+    cuda_graphs="partial",                 # base config: transformer_engine, scope attn,
+                                           # moe_router, moe_preprocess
+    a2a_overlap=False,                     # base config: moe_a2a_overlap=False
+    shared_expert_overlap=True,            # §4.5: Bridge DSv3 provider default
+    overlap_grad_reduce=True,              # deepseek_llm_pretrain.py: overlap_grad_reduce = True
+    overlap_param_gather=False,            # deepseek_llm_pretrain.py: off for fp8_mx ("causes
+                                           # NaN grad norm")
+    recompute_modules=("moe_act",),        # base config: recompute_modules=["moe_act"]
+    fp8_attention=False,                   # not enabled in the pre-v0.3 scripts (data table rule)
+    expert_capacity_factor=None,           # dropless (force-balanced benchmark routing)
+    grad_reduce_dtype_bytes=2,             # deepseek_llm_pretrain.py: grad_reduce_in_fp32 = False
+    fp8_param_gather=False,                # §4.10: not used with MXFP8
+    optimizer_state_bytes_per_param=8.0,   # pre-v0.3 recipes/deepseek/deepseek_v3.py:
+                                           # precision-aware, FP32 main params + BF16 moments
+    nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
+)
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r for r in (
+        _MBRIDGE_25_11,
+        _MBRIDGE_26_02,
+        replace(_MBRIDGE_26_02, name="mbridge-26.04"),  # data table: same flags as 26.02 on GB300
+        _MBRIDGE_26_06,
+    )
+}
+
+
+def recipe(name: str) -> Recipe:
+    """The catalog recipe called `name`."""
+    if name not in RECIPES:
+        raise ValueError(f"recipe={name!r}: unknown recipe; known: {', '.join(sorted(RECIPES))}")
+    return RECIPES[name]
+
+
+def recipe_with(base: Recipe, **changes: Any) -> Recipe:
+    """A copy of `base` with `changes` applied and validated."""
+    known = [f.name for f in fields(Recipe)]
+    for field in changes:
+        if field not in known:
+            raise ValueError(f"field={field!r}: unknown recipe field; known: {', '.join(known)}")
+    return replace(base, **changes)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    raise ValueError("expected true/false, 1/0, yes/no or on/off")
+
+
+def _parse_optional_float(text: str) -> float | None:
+    return None if text.strip().lower() == "none" else float(text)
+
+
+def _parse_modules(text: str) -> tuple[str, ...]:
+    lowered = text.strip().lower()
+    if lowered in ("", "none"):
+        return ()
+    return tuple(module.strip() for module in lowered.split("+"))
+
+
+_PARSERS: dict[object, Callable[[str], object]] = {
+    bool: _parse_bool,
+    int: int,
+    float: float,
+    str: str.strip,
+    float | None: _parse_optional_float,
+    tuple[str, ...]: _parse_modules,
+}
+
+
+def parse_recipe_value(field: str, text: str) -> object:
+    """A CLI string ("true", "1.5", "mla_up_proj+mlp", "none") as the type of Recipe.`field`."""
+    types = {f.name: f.type for f in fields(Recipe)}
+    if field not in types:
+        raise ValueError(f"field={field!r}: unknown recipe field; known: {', '.join(types)}")
+    kind = types[field]
+    try:
+        return _PARSERS[kind](text)
+    except ValueError as error:
+        kind_name = kind.__name__ if isinstance(kind, type) else str(kind)
+        raise ValueError(f"{field}={text!r}: cannot parse as {kind_name}: {error}") from None

@@ -1,0 +1,374 @@
+"""The task graph of one training step, placed by the pipeline schedule.
+
+For every simulated rank: the units of its 1F1B (interleaved) schedule, each unit the tasks of
+the layers of one virtual stage for one micro batch; pipeline sends between virtual stages;
+then gradient reduce-scatter, the router-bias all-reduce, the optimizer step and the parameter
+all-gather. Folded (the default) simulates one rank per pipeline stage, and each of its
+collectives stands for every instance of that collective in the stage, so that the network
+carries all of their traffic; unfolded simulates every rank with one group per collective.
+
+Ordering on a rank: a unit starts when the previous unit's compute is done. With 1F1B
+all-to-all overlap, the forward and backward of a steady-state pair start together and their
+tasks interleave on the lanes, so one's all-to-all hides under the other's compute.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from workloads import blocks as blk
+from workloads.graph import Collective, GraphBuilder, Lane, Op, TaskGraph, Work
+from workloads.models import ModelSpec
+from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_layout,
+                                   stage_of)
+from workloads.recipes import Recipe
+from workloads.schedules import Unit, one_f_one_b
+from workloads.step_params import chunk_params, rank_params
+
+ATTENTION_BLOCKS = ("norms", "attn_proj", "core_attn")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepSpec:
+    """What one training step runs: a model, a parallel plan, a software recipe."""
+
+    model: ModelSpec
+    plan: ParallelPlan
+    recipe: Recipe
+
+
+def simulated_ranks(plan: ParallelPlan, folded: bool) -> tuple[int, ...]:
+    """One rank per pipeline stage when folded (the first of each stage), else every rank."""
+    if folded:
+        return tuple(stage * plan.ranks_per_stage for stage in range(plan.pp))
+    return tuple(range(plan.num_gpus))
+
+
+def build_step(spec: StepSpec, *, folded: bool = True) -> TaskGraph:
+    """The task graph of one training step."""
+    return _Step(spec, folded).build()
+
+
+class _Step:
+    """Builds the graph; holds the per-block work and the group lookups."""
+
+    def __init__(self, spec: StepSpec, folded: bool) -> None:
+        self.model, self.plan, self.recipe = spec.model, spec.plan, spec.recipe
+        self.folded = folded
+        self.stages = pipeline_layout(self.plan, self.model)
+        self.g = GraphBuilder()
+        self.attn = blk.attention_blocks(self.model, self.plan, self.recipe)
+        self.moe = blk.moe_blocks(self.model, self.plan, self.recipe) if self.model.is_moe else {}
+        self.mlp = blk.dense_mlp_block(self.model, self.plan, self.recipe)
+        self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
+        self.tokens = blk.tokens_per_gpu(self.plan)
+        self._groups: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
+
+    def build(self) -> TaskGraph:
+        ranks = simulated_ranks(self.plan, self.folded)
+        for rank in ranks:
+            self._rank(rank)
+        return self.g.build(ranks)
+
+    # --- groups -------------------------------------------------------------------------
+    def _collective(self, op: Op, kind: str, rank: int, key: str, nbytes: float,
+                    algorithm: str, held_sms: int = 0) -> Collective | None:
+        """The collective of group `kind` for `rank`, or None for a group of one."""
+        group = group_of(self.plan, kind, rank)
+        if len(group) < 2:
+            return None
+        if self.folded:
+            stage = stage_of(self.plan, rank)
+            groups = self._groups.setdefault((kind, stage), all_groups(self.plan, kind, stage))
+            return Collective(op=op, key=f"{rank}/{key}", bytes_per_rank=nbytes, groups=groups,
+                              members=(rank,), algorithm=algorithm, held_sms=held_sms,
+                              graphed=self.recipe.cuda_graphs == "full")
+        return Collective(op=op, key=f"{group[0]}/{key}", bytes_per_rank=nbytes,
+                          groups=(group,), members=group, algorithm=algorithm,
+                          held_sms=held_sms, graphed=self.recipe.cuda_graphs == "full")
+
+    def _pp_peer(self, rank: int, delta: int) -> int:
+        stage = stage_of(self.plan, rank)
+        return rank + ((stage + delta) % self.plan.pp - stage) * self.plan.ranks_per_stage
+
+    # --- one rank -----------------------------------------------------------------------
+    def _rank(self, rank: int) -> None:
+        schedule = one_f_one_b(stage_of(self.plan, rank), self.plan.pp, self.plan.vpp,
+                               self.plan.num_microbatches)
+        gathers = self._param_gathers_at_start(rank)
+        overlap, warmup = self.recipe.a2a_overlap, schedule.warmup
+        pairs_end = warmup + 2 * (len(schedule.units) // 2 - warmup)
+        gate: tuple[str, ...] = ()
+        pair_start, first_end = gate, ""
+        last_backward: dict[int, str] = {}
+        for index, unit in enumerate(schedule.units):
+            second_of_pair = overlap and warmup <= index < pairs_end and (index - warmup) % 2
+            if second_of_pair:
+                end = self._unit(rank, unit, pair_start, gathers)
+                gate = (first_end, end)
+            else:
+                first_end = end = self._unit(rank, unit, gate, gathers)
+                pair_start, gate = gate, (end,)
+            if unit.phase == "B":
+                last_backward[unit.chunk] = end
+        self._step_tail(rank, last_backward, gathers)
+
+    def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...],
+              gathers: dict[int, str]) -> str:
+        """Add the tasks of one unit; return the name of its last compute task."""
+        virtual = unit.chunk * self.plan.pp + stage_of(self.plan, rank)
+        prefix = f"{rank}/{unit.phase}{unit.microbatch}/v{virtual}"
+        after = list(gate)
+        if unit.phase == "F":
+            if virtual > 0:
+                after.append(f"{self._pp_peer(rank, -1)}/F{unit.microbatch}/v{virtual - 1}/send")
+            if unit.chunk in gathers:
+                after.append(gathers[unit.chunk])
+            symbols = self.stages[virtual]
+        else:
+            after.append(f"{rank}/F{unit.microbatch}/v{virtual}/end")
+            if virtual < len(self.stages) - 1:
+                after.append(f"{self._pp_peer(rank, 1)}/B{unit.microbatch}/v{virtual + 1}/send")
+            symbols = tuple(reversed(self.stages[virtual]))
+        last = self._symbols(rank, unit, prefix, symbols, tuple(after))
+        end = self.g.add(f"{prefix}/end", after=(last,), rank=rank, lane=Lane.COMPUTE,
+                         category="compute", work=_EMPTY, microbatch=unit.microbatch,
+                         chunk=unit.chunk)
+        self._send(rank, unit, virtual, prefix, end)
+        return end
+
+    def _send(self, rank: int, unit: Unit, virtual: int, prefix: str, end: str) -> None:
+        last_virtual = len(self.stages) - 1
+        if (unit.phase == "F" and virtual == last_virtual) or (unit.phase == "B" and virtual == 0):
+            return
+        peer = self._pp_peer(rank, 1 if unit.phase == "F" else -1)
+        nbytes = self.plan.mbs * self.plan.seq_len / (self.plan.cp * self.plan.tp) \
+            * self.model.hidden_size * blk.BF16_BYTES
+        pairs = self._pp_pairs(rank, peer)
+        collective = Collective(op=Op.SEND_RECV, key=f"{prefix}/send", bytes_per_rank=nbytes,
+                                groups=pairs, members=(rank,), algorithm="p2p",
+                                graphed=self.recipe.cuda_graphs == "full")
+        self.g.add(f"{prefix}/send", after=(end,), rank=rank, lane=Lane.PP, category="pp",
+                   collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
+
+    def _pp_pairs(self, rank: int, peer: int) -> tuple[tuple[int, ...], ...]:
+        if not self.folded:
+            return ((rank, peer),)
+        offset, first = peer - rank, rank - rank % self.plan.ranks_per_stage
+        key = ("pp", offset)
+        if key not in self._groups:
+            self._groups[key] = tuple((r, r + offset) for r in
+                                      range(first, first + self.plan.ranks_per_stage))
+        return self._groups[key]
+
+    # --- layers -------------------------------------------------------------------------
+    def _symbols(self, rank: int, unit: Unit, prefix: str, symbols: tuple[str, ...],
+                 after: tuple[str, ...]) -> str:
+        layer = self._first_layer(unit.chunk * self.plan.pp + stage_of(self.plan, rank))
+        numbers = self._layer_numbers(symbols, layer, unit.phase)
+        last = after
+        for position, (symbol, number) in enumerate(zip(symbols, numbers)):
+            last = (self._symbol(rank, unit, f"{prefix}/{position}{symbol}", symbol, number,
+                                 last),)
+        return last[0]
+
+    def _first_layer(self, virtual: int) -> int:
+        return sum(stage.count("t") for stage in self.stages[:virtual])
+
+    @staticmethod
+    def _layer_numbers(symbols: tuple[str, ...], first: int, phase: str) -> list[int]:
+        forward = symbols if phase == "F" else tuple(reversed(symbols))
+        numbers, layer = [], first
+        for symbol in forward:
+            numbers.append(layer)
+            layer += symbol == "t"
+        return numbers if phase == "F" else numbers[::-1]
+
+    def _symbol(self, rank: int, unit: Unit, name: str, symbol: str, layer: int,
+                after: tuple[str, ...]) -> str:
+        if symbol == "E":
+            return self._compute(rank, unit, f"{name}.embedding", self.heads["embedding"],
+                                 after)
+        if symbol == "L":
+            tail = self._compute(rank, unit, f"{name}.logits", self.heads["logits"], after)
+            return self._compute(rank, unit, f"{name}.loss", self.heads["loss"], (tail,))
+        if symbol == "m":
+            return self._mtp(rank, unit, name, after)
+        moe = self.model.is_moe_layer(min(layer, self.model.num_layers - 1))
+        return self._layer(rank, unit, name, moe, after)
+
+    def _mtp(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+        forward = unit.phase == "F"
+        steps = [("proj", "mtp_proj"), ("layer", None), ("logits", "logits"), ("loss", "loss")]
+        last = after
+        for label, block in (steps if forward else steps[::-1]):
+            if block is None:
+                last = (self._layer(rank, unit, f"{name}.{label}", self.model.mtp_is_moe, last),)
+            else:
+                last = (self._compute(rank, unit, f"{name}.{label}", self.heads[block], last),)
+        return last[0]
+
+    def _layer(self, rank: int, unit: Unit, name: str, moe: bool, after: tuple[str, ...]) -> str:
+        ffn = self._moe if moe else self._dense
+        if unit.phase == "F":
+            return ffn(rank, unit, name, (self._attention(rank, unit, name, after),))
+        return self._attention(rank, unit, name, (ffn(rank, unit, name, after),))
+
+    def _attention(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+        order = ATTENTION_BLOCKS if unit.phase == "F" else ATTENTION_BLOCKS[::-1]
+        last = after
+        for block in order:
+            if block == "attn_proj" and unit.phase == "F":
+                last = self._tp(rank, unit, f"{name}.attn.ag", Op.ALL_GATHER, last)
+            last = (self._compute(rank, unit, f"{name}.{block}", self.attn[block], last),)
+            if block == "attn_proj" and unit.phase == "B":
+                last = self._tp(rank, unit, f"{name}.attn.rs", Op.REDUCE_SCATTER, last)
+        return last[0]
+
+    def _dense(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+        last = self._tp(rank, unit, f"{name}.mlp.ag", Op.ALL_GATHER, after)
+        last = (self._compute(rank, unit, f"{name}.mlp", self.mlp, last),)
+        return self._tp(rank, unit, f"{name}.mlp.rs", Op.REDUCE_SCATTER, last)[0]
+
+    def _moe(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+        forward = unit.phase == "F"
+        m = self.moe
+        if forward:
+            router = self._compute(rank, unit, f"{name}.router", m["router"], after)
+            shared_first = "shared_expert" in m and self.recipe.shared_expert_overlap
+            dispatch = self._a2a(rank, unit, f"{name}.dispatch", (router,), sync=True)
+            experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (dispatch,))
+            combine = self._a2a(rank, unit, f"{name}.combine", (experts,))
+            out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], (combine,))
+            if "shared_expert" not in m:
+                return out
+            shared_after = (router,) if shared_first else (out,)
+            shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
+                                   shared_after)
+            return self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
+        out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], after)
+        combine = self._a2a(rank, unit, f"{name}.combine", (out,))
+        experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (combine,))
+        dispatch = self._a2a(rank, unit, f"{name}.dispatch", (experts,))
+        tail = [dispatch]
+        if "shared_expert" in m:
+            tail.append(self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
+                                      after))
+        router = self._compute(rank, unit, f"{name}.router", m["router"], tuple(tail))
+        return router
+
+    def _join(self, rank: int, name: str, parts: tuple[str, ...], microbatch: int = -1,
+              chunk: int = -1) -> str:
+        """A zero-work task that waits for all `parts`."""
+        return self.g.add(f"{name}.join", after=parts, rank=rank, lane=Lane.COMPUTE,
+                          category="compute", work=_EMPTY, microbatch=microbatch, chunk=chunk)
+
+    # --- task helpers -------------------------------------------------------------------
+    def _compute(self, rank: int, unit: Unit, name: str, block: blk.BlockWork,
+                 after: tuple[str, ...]) -> str:
+        if unit.phase == "B" and block.recompute is not None:
+            after = (self.g.add(f"{name}.recompute", after=after, rank=rank, lane=Lane.COMPUTE,
+                                category="recompute", work=block.recompute,
+                                microbatch=unit.microbatch, chunk=unit.chunk),)
+        work = block.forward if unit.phase == "F" else block.backward
+        category = "moe_overhead" if name.rsplit(".", 1)[-1] in ("router", "unpermute") \
+            else "compute"
+        return self.g.add(name, after=after, rank=rank, lane=Lane.COMPUTE, category=category,
+                          work=work, microbatch=unit.microbatch, chunk=unit.chunk)
+
+    def _a2a(self, rank: int, unit: Unit, name: str, after: tuple[str, ...],
+             sync: bool = False) -> str:
+        dispatcher = self.recipe.dispatcher
+        copies = blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
+        nbytes = self.tokens * copies * self.model.hidden_size * blk.BF16_BYTES
+        op = Op.ALL_TO_ALL
+        if dispatcher == "allgather":
+            op = Op.ALL_GATHER if name.endswith("dispatch") == (unit.phase == "F") \
+                else Op.REDUCE_SCATTER
+            nbytes = self.tokens * self.plan.ep * self.model.hidden_size * blk.BF16_BYTES
+        collective = self._collective(op, "ep", rank, name.split("/", 1)[1], nbytes,
+                                      dispatcher, self.recipe.dispatcher_sms)
+        if collective is None:
+            return after[0]
+        host_sync = sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
+        return self.g.add(name, after=after, rank=rank, lane=Lane.EP, category="ep",
+                          collective=collective, microbatch=unit.microbatch, chunk=unit.chunk,
+                          host_sync=host_sync)
+
+    def _tp(self, rank: int, unit: Unit, name: str, op: Op,
+            after: tuple[str, ...]) -> tuple[str, ...]:
+        if self.plan.tp == 1:
+            return after
+        nbytes = self.plan.mbs * self.plan.seq_len / self.plan.cp * self.model.hidden_size \
+            * blk.BF16_BYTES
+        collective = self._collective(op, "tp", rank, name.split("/", 1)[1], nbytes, "nccl")
+        assert collective is not None
+        return (self.g.add(name, after=after, rank=rank, lane=Lane.TP, category="tp",
+                           collective=collective, microbatch=unit.microbatch,
+                           chunk=unit.chunk),)
+
+    # --- data parallelism and the optimizer ---------------------------------------------
+    def _param_gathers_at_start(self, rank: int) -> dict[int, str]:
+        """With overlapped parameter gathering, each chunk's all-gather opens the step."""
+        if not self.recipe.overlap_param_gather:
+            return {}
+        return self._param_gathers(rank, ())
+
+    def _param_gathers(self, rank: int, after: tuple[str, ...]) -> dict[int, str]:
+        names = {}
+        element = 1 if self.recipe.fp8_param_gather else blk.BF16_BYTES
+        for chunk in range(self.plan.vpp):
+            dense, expert = chunk_params(self.model, self.plan, self.stages,
+                                         chunk * self.plan.pp + stage_of(self.plan, rank))
+            parts = [self._dp(rank, f"{rank}/ag/c{chunk}/{kind}", Op.ALL_GATHER, kind,
+                              count * element, after)
+                     for kind, count in (("dp", dense), ("edp", expert)) if count > 0]
+            parts = [p for p in parts if p is not None]
+            if parts:
+                names[chunk] = parts[0] if len(parts) == 1 else self._join(
+                    rank, f"{rank}/ag/c{chunk}", tuple(parts), chunk=chunk)
+        return names
+
+    def _dp(self, rank: int, name: str, op: Op, kind: str, nbytes: float,
+            after: tuple[str, ...]) -> str | None:
+        collective = self._collective(op, kind, rank, name.split("/", 1)[1], nbytes, "nccl")
+        if collective is None:
+            return None
+        return self.g.add(name, after=after, rank=rank, lane=Lane.DP, category="dp",
+                          collective=collective)
+
+    def _step_tail(self, rank: int, last_backward: dict[int, str],
+                   gathers: dict[int, str]) -> None:
+        overlap = self.recipe.overlap_grad_reduce
+        everything = tuple(last_backward.values())
+        reductions = []
+        for chunk, end in sorted(last_backward.items()):
+            dense, expert = chunk_params(self.model, self.plan, self.stages,
+                                         chunk * self.plan.pp + stage_of(self.plan, rank))
+            for kind, count in (("dp", dense), ("edp", expert)):
+                name = self._dp(rank, f"{rank}/rs/c{chunk}/{kind}", Op.REDUCE_SCATTER, kind,
+                                count * self.recipe.grad_reduce_dtype_bytes,
+                                (end,) if overlap else everything)
+                if name is not None and count > 0:
+                    reductions.append(name)
+        reductions.extend(self._router_bias(rank, everything))
+        dense, expert = rank_params(self.model, self.plan, self.stages, stage_of(self.plan, rank))
+        shard = dense / self.plan.dp + expert / self.plan.expert_dp
+        optimizer = self.g.add(f"{rank}/optimizer", after=tuple(reductions) + everything,
+                               rank=rank, lane=Lane.COMPUTE, category="optimizer",
+                               work=blk.optimizer_work(shard, self.recipe,
+                                                       self.recipe.cuda_graphs == "full"))
+        if not gathers and self.plan.dp > 1:
+            self._param_gathers(rank, (optimizer,))
+
+    def _router_bias(self, rank: int, after: tuple[str, ...]) -> list[str]:
+        """Aux-loss-free routing: tokens-per-expert summed over data parallelism each step."""
+        if not self.model.is_moe:
+            return []
+        nbytes = 4.0 * self.model.num_experts * self.model.num_moe_layers
+        name = self._dp(rank, f"{rank}/router_bias", Op.ALL_REDUCE, "dp", nbytes, after)
+        return [name] if name is not None else []
+
+
+_EMPTY = Work(flops=0.0, hbm_bytes=0.0, kernel_class=blk.KernelClass.MEMORY, precision="bf16",
+              kernels=0, graphed=True)
