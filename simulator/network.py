@@ -21,6 +21,8 @@ from typing import Callable
 import numpy as np
 
 _RELATIVE_EPS = 1e-9
+# Bytes that would move in this time are rounding noise: a class this close to done is done.
+_TIME_EPS_S = 1e-12
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,17 +147,15 @@ class FluidNetwork:
         if generation != self._generation:
             return
         self._advance()
-        finished = [tid for tid, t in self._transfers.items() if self._is_finished(t)]
+        for tid, transfer in self._transfers.items():
+            transfer.remaining_bytes[self._finished_classes(transfer, self._rates[tid])] = 0.0
+        finished = [tid for tid, t in self._transfers.items() if not t.remaining_bytes.any()]
         for tid in finished:
             self._transfers.pop(tid).on_done()
-        for transfer in self._transfers.values():
-            transfer.remaining_bytes[self._finished_classes(transfer)] = 0.0
         self._replan()
 
     @staticmethod
-    def _finished_classes(transfer: _Transfer) -> np.ndarray:
+    def _finished_classes(transfer: _Transfer, rates: np.ndarray) -> np.ndarray:
         sizes = np.array([c.bytes_per_flow for c in transfer.classes])
-        return transfer.remaining_bytes <= _RELATIVE_EPS * sizes
-
-    def _is_finished(self, transfer: _Transfer) -> bool:
-        return bool(self._finished_classes(transfer).all())
+        return ((transfer.remaining_bytes <= _RELATIVE_EPS * sizes)
+                | (transfer.remaining_bytes <= rates * _TIME_EPS_S))

@@ -79,7 +79,9 @@ class _Step:
             return None
         if self.folded:
             stage = stage_of(self.plan, rank)
-            groups = self._groups.setdefault((kind, stage), all_groups(self.plan, kind, stage))
+            if (kind, stage) not in self._groups:
+                self._groups[kind, stage] = all_groups(self.plan, kind, stage)
+            groups = self._groups[kind, stage]
             return Collective(op=op, key=f"{rank}/{key}", bytes_per_rank=nbytes, groups=groups,
                               members=(rank,), algorithm=algorithm, held_sms=held_sms,
                               graphed=self.recipe.cuda_graphs == "full")

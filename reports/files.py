@@ -1,0 +1,28 @@
+"""Writing files whole or not at all: write a sibling temporary file, then rename it."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` to `path` atomically; a failure leaves no partial file behind."""
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise ValueError(f"output {str(target)!r}: folder {str(target.parent)!r} does not exist")
+    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise
+
+
+def write_json(path: str | Path, document: Any) -> None:
+    write_text(path, json.dumps(document, indent=1) + "\n")

@@ -1,0 +1,52 @@
+"""The text summary of one simulated step, from the result document that `--json` prints."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+GIB = 2**30
+BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "optimizer", "launch", "exposed_ep",
+                   "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble")
+BREAKDOWN_LABELS = {
+    "compute": "compute (model GEMMs, attention)", "recompute": "recompute",
+    "moe_overhead": "router, permute, unpermute", "optimizer": "optimizer step",
+    "launch": "host launch (CPU-bound)", "exposed_ep": "exposed EP all-to-all",
+    "exposed_tp": "exposed TP collectives", "exposed_pp": "exposed PP send/recv",
+    "exposed_dp": "exposed DP reduce/gather", "pipeline_bubble": "pipeline bubble",
+}
+
+
+def _plan_line(s: Mapping[str, Any]) -> str:
+    return (f"TP{s['tp']} PP{s['pp']} VPP{s['vpp']} EP{s['ep']} ETP{s['etp']} CP{s['cp']} "
+            f"DP{s['dp']} (expert DP {s['expert_dp']}), MBS {s['mbs']}, GBS {s['gbs']}, "
+            f"seq {s['seq_len']}, {s['num_microbatches']} micro batches per DP rank")
+
+
+def _breakdown_lines(breakdown: Mapping[str, float], step_s: float) -> list[str]:
+    keys = [k for k in BREAKDOWN_ORDER if k in breakdown] + sorted(
+        k for k in breakdown if k not in BREAKDOWN_ORDER)
+    return [f"  {BREAKDOWN_LABELS.get(k, k):<34}{breakdown[k]:9.3f} s {100 * breakdown[k] / step_s:6.1f} %"
+            for k in keys]
+
+
+def format_summary(result: Mapping[str, Any]) -> str:
+    """A few aligned lines: scenario, throughput, breakdown, memory."""
+    s = result["scenario"]
+    memory = result["memory_bytes_per_gpu"]
+    lines = [
+        f"moesim: {s['model']} on {s['num_gpus']} x {s['gpu']} ({s['system']}, "
+        f"{s['domain_size']} GPUs per NVLink domain), recipe {s['recipe']['name']}",
+        f"plan: {_plan_line(s)}",
+        f"  {'step time':<34}{result['step_time_s']:9.3f} s",
+        f"  {'tokens/s/GPU':<34}{result['tokens_per_s_per_gpu']:9,.0f}",
+        f"  {'model TFLOP/s/GPU':<34}{result['tflops_per_gpu']:9,.0f}   "
+        f"({result['model_flops_per_token'] / 1e9:.1f} GFLOP/token, Megatron counting)",
+        f"  {'MFU':<34}{100 * result['mfu']:9.1f} %   of the dense "
+        f"{s['recipe']['precision']} peak ({result['peak_tflops_per_gpu']:,.0f} TFLOP/s)",
+        "where the step time goes (mean over pipeline stages):",
+        *_breakdown_lines(result["breakdown_s"], result["step_time_s"]),
+        "memory per GPU (most loaded stage): " + ", ".join(
+            f"{k} {v / GIB:.1f}" for k, v in memory.items() if k != "total")
+        + f" = {memory['total'] / GIB:.1f} GiB of {s['hbm_capacity_gib']:.0f} GiB usable",
+    ]
+    return "\n".join(lines)

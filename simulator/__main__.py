@@ -1,0 +1,5 @@
+"""`python -m simulator` is `moesim`."""
+
+from simulator.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,58 @@
+"""The result document of one run: the stable keys that `moesim run --json` prints.
+
+Keys: step_time_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, model_flops_per_token,
+breakdown_s (seconds per category, adding up to the step time), memory_bytes_per_gpu
+(weights, gradients, optimizer, activations, buffers, reserve, total), peak_tflops_per_gpu,
+and scenario (system, gpu, model, num_gpus, domain_size, the plan's degrees and batch, the
+layout, and every recipe field).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from topologies.hardware import gpu_spec
+
+from simulator.costs import peak_key
+from simulator.scenario import Result, Scenario
+
+
+def scenario_document(scenario: Scenario) -> dict[str, Any]:
+    plan, gpu = scenario.plan, gpu_spec(scenario.system.gpu)
+    document: dict[str, Any] = {
+        "system": scenario.system.name, "gpu": gpu.name, "model": scenario.model.name,
+        "num_gpus": plan.num_gpus,
+        "domain_size": scenario.domain_size or scenario.system.gpus_per_domain,
+        "hbm_capacity_gib": gpu.hbm_capacity_bytes / 2**30,
+        "mtp_layers": scenario.model.mtp_layers,
+    }
+    for key in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "expert_dp", "mbs", "gbs", "seq_len",
+                "num_microbatches", "dp_sharding", "layout"):
+        document[key] = getattr(plan, key)
+    recipe = asdict(scenario.recipe)
+    recipe["recompute_modules"] = list(recipe["recompute_modules"])
+    document["recipe"] = recipe
+    document["failed_trays"] = scenario.failed_trays
+    return document
+
+
+def result_document(result: Result) -> dict[str, Any]:
+    metrics = result.metrics
+    gpu = gpu_spec(result.scenario.system.gpu)
+    return {
+        "step_time_s": metrics.step_time_s,
+        "tokens_per_s_per_gpu": metrics.tokens_per_s_per_gpu,
+        "tflops_per_gpu": metrics.tflops_per_gpu,
+        "mfu": metrics.mfu,
+        "model_flops_per_token": result.model_flops_per_token,
+        "peak_tflops_per_gpu": gpu.peak(peak_key(result.scenario.recipe.precision)) / 1e12,
+        "breakdown_s": dict(metrics.breakdown_s),
+        "memory_bytes_per_gpu": result.memory.as_dict(),
+        "scenario": scenario_document(result.scenario),
+    }
+
+
+def trace_rows(result: Result) -> list[dict[str, Any]]:
+    """The trace records as plain dicts, for reports.chrome_trace."""
+    return [asdict(record) for record in result.trace.records]
