@@ -1,0 +1,106 @@
+"""The command line as a user runs it: the default study, flags, --set, --json, --trace, errors."""
+
+import json
+
+import pytest
+
+from simulator.cli import main
+
+JSON_KEYS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",
+             "model_flops_per_token", "breakdown_s", "memory_bytes_per_gpu", "scenario"}
+
+
+def _run_json(capsys, *args: str) -> dict:
+    assert main(["run", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def default_result() -> dict:
+    import io
+    import contextlib
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["run", "--json"]) == 0
+    return json.loads(out.getvalue())
+
+
+def test_default_run_is_the_reference_scenario(default_result):
+    s = default_result["scenario"]
+    assert JSON_KEYS <= set(default_result)
+    assert (s["model"], s["gpu"], s["num_gpus"]) == ("deepseek-v3", "gb300", 256)
+    assert (s["tp"], s["pp"], s["vpp"], s["ep"], s["mbs"], s["gbs"], s["seq_len"]) == \
+        (1, 2, 8, 32, 1, 4096, 4096)
+    assert s["recipe"]["name"] == "mbridge-26.06" and s["recipe"]["precision"] == "mxfp8"
+    assert default_result["model_flops_per_token"] == pytest.approx(2.59993e11, rel=1e-5)
+
+
+def test_default_run_metrics_are_consistent(default_result):
+    r = default_result
+    step, gpus = r["step_time_s"], r["scenario"]["num_gpus"]
+    assert r["tokens_per_s_per_gpu"] == pytest.approx(4096 * 4096 / (step * gpus))
+    assert r["tflops_per_gpu"] == pytest.approx(
+        r["tokens_per_s_per_gpu"] * r["model_flops_per_token"] / 1e12)
+    assert r["mfu"] == pytest.approx(r["tflops_per_gpu"] / 5000)
+    assert sum(r["breakdown_s"].values()) == pytest.approx(step, rel=1e-6)
+    memory = r["memory_bytes_per_gpu"]
+    assert memory["total"] == pytest.approx(sum(v for k, v in memory.items() if k != "total"))
+
+
+def test_summary_names_the_headline_figures(capsys):
+    assert main(["run", "--gbs", "256"]) == 0
+    text = capsys.readouterr().out
+    for label in ("step time", "tokens/s/GPU", "model TFLOP/s/GPU", "MFU", "pipeline bubble",
+                  "memory per GPU"):
+        assert label in text
+
+
+def test_flags_and_set_reach_the_scenario(capsys):
+    r = _run_json(capsys, "--gbs", "256", "--set", "a2a_overlap=false",
+                  "--set", "system.nic=connectx-7", "--set", "calibration.gemm_efficiency.fp8=0.5")
+    assert r["scenario"]["gbs"] == 256
+    assert r["scenario"]["recipe"]["a2a_overlap"] is False
+
+
+def test_slower_gemms_slow_the_step(capsys):
+    fast = _run_json(capsys, "--gbs", "256")["step_time_s"]
+    slow = _run_json(capsys, "--gbs", "256", "--set", "calibration.gemm_efficiency.fp8=0.35")
+    assert slow["step_time_s"] > fast
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--tp", "3"], ["num_gpus=256", "tp*cp*pp"]),
+    (["--ep", "48"], ["etp*ep*pp"]),
+    (["--gpus", "384", "--ep", "48", "--gbs", "3072"], ["ep=48", "num_experts"]),
+    (["--set", "precision=fp6"], ["precision", "fp6"]),
+    (["--set", "nonsense=1"], ["nonsense", "known"]),
+    (["--system", "no-such-system"], ["no-such-system"]),
+    (["--pp", "1", "--vpp", "1", "--ep", "8"], ["memory", "GiB", "weights"]),
+    (["--set", "calibration.gemm_efficiency.fp8=2"], ["gemm_efficiency", "(0, 1]"]),
+])
+def test_bad_input_gets_one_line_error(capsys, args, words):
+    assert main(["run", *args]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("moesim: error:")
+    assert "Traceback" not in captured.err
+    for word in words:
+        assert word in lines[0]
+
+
+def test_trace_has_one_track_per_lane(tmp_path, capsys):
+    path = tmp_path / "step.json"
+    assert main(["run", "--gbs", "256", "--trace", str(path)]) == 0
+    events = json.loads(path.read_text())["traceEvents"]
+    tracks = {(e["pid"], e["args"]["name"]) for e in events if e["name"] == "thread_name"}
+    assert {(0, "compute"), (0, "ep"), (0, "pp"), (0, "dp")} <= tracks
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 for e in spans)
+    assert any("dispatch" in e["name"] for e in spans)
+
+
+def test_trace_is_not_written_when_the_run_fails(tmp_path, capsys):
+    path = tmp_path / "step.json"
+    assert main(["run", "--tp", "3", "--trace", str(path)]) == 2
+    assert not path.exists()
