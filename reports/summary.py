@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 GIB = 2**30
-BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "optimizer", "launch", "exposed_ep",
+BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "elementwise", "optimizer", "launch", "exposed_ep",
                    "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble")
 BREAKDOWN_LABELS = {
     "compute": "compute (model GEMMs, attention)", "recompute": "recompute",
     "moe_overhead": "router, permute, unpermute", "optimizer": "optimizer step",
+    "elementwise": "norms, quantisation, embedding, loss",
     "launch": "host launch (CPU-bound)", "exposed_ep": "exposed EP all-to-all",
     "exposed_tp": "exposed TP collectives", "exposed_pp": "exposed PP send/recv",
     "exposed_dp": "exposed DP reduce/gather", "pipeline_bubble": "pipeline bubble",
@@ -25,7 +26,7 @@ def _plan_line(s: Mapping[str, Any]) -> str:
 def _breakdown_lines(breakdown: Mapping[str, float], step_s: float) -> list[str]:
     keys = [k for k in BREAKDOWN_ORDER if k in breakdown] + sorted(
         k for k in breakdown if k not in BREAKDOWN_ORDER)
-    return [f"  {BREAKDOWN_LABELS.get(k, k):<34}{breakdown[k]:9.3f} s {100 * breakdown[k] / step_s:6.1f} %"
+    return [f"  {BREAKDOWN_LABELS.get(k, k):<40}{breakdown[k]:9.3f} s {100 * breakdown[k] / step_s:6.1f} %"
             for k in keys]
 
 
@@ -37,11 +38,11 @@ def format_summary(result: Mapping[str, Any]) -> str:
         f"moesim: {s['model']} on {s['num_gpus']} x {s['gpu']} ({s['system']}, "
         f"{s['domain_size']} GPUs per NVLink domain), recipe {s['recipe']['name']}",
         f"plan: {_plan_line(s)}",
-        f"  {'step time':<34}{result['step_time_s']:9.3f} s",
-        f"  {'tokens/s/GPU':<34}{result['tokens_per_s_per_gpu']:9,.0f}",
-        f"  {'model TFLOP/s/GPU':<34}{result['tflops_per_gpu']:9,.0f}   "
+        f"  {'step time':<40}{result['step_time_s']:9.3f} s",
+        f"  {'tokens/s/GPU':<40}{result['tokens_per_s_per_gpu']:9,.0f}",
+        f"  {'model TFLOP/s/GPU':<40}{result['tflops_per_gpu']:9,.0f}   "
         f"({result['model_flops_per_token'] / 1e9:.1f} GFLOP/token, Megatron counting)",
-        f"  {'MFU':<34}{100 * result['mfu']:9.1f} %   of the dense "
+        f"  {'MFU':<40}{100 * result['mfu']:9.1f} %   of the dense "
         f"{s['recipe']['precision']} peak ({result['peak_tflops_per_gpu']:,.0f} TFLOP/s)",
         "where the step time goes (mean over pipeline stages):",
         *_breakdown_lines(result["breakdown_s"], result["step_time_s"]),

@@ -5,7 +5,9 @@ T = mbs * seq / (tp * cp) (tensor parallelism with sequence parallelism splits b
 and the token-wise kernels; balanced experts give every GPU T * top-k token-expert pairs).
 Backward GEMMs cost 2x forward (data and weight gradients); fused attention backward costs
 2.5x forward (it recomputes the scores). Router, permutation, norms and quantisation are
-executed work that model FLOPs do not credit; so is recompute.
+executed work that model FLOPs do not credit; so are recompute and capacity padding (with an
+expert capacity factor the grouped GEMMs run on buffers padded to factor x the balanced load,
+the static shapes a full-iteration CUDA graph needs).
 """
 
 from __future__ import annotations
@@ -119,10 +121,11 @@ def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str
     modules = set(recipe.recompute_modules)
     whole = bool({"full", "moe"} & modules)
     pairs = tokens * k
+    padded = pairs * (recipe.expert_capacity_factor or 1.0)
     router = _gemm("router", tokens * flops.router_fwd_flops(model),
                    (tokens * h + 2 * pairs * h) * BF16_BYTES, "bf16", recipe)
-    experts = _gemm("experts", pairs * flops.expert_fwd_flops(model),
-                    pairs * (h + model.moe_ffn_hidden_size) * 2 * BF16_BYTES, recipe.precision,
+    experts = _gemm("experts", padded * flops.expert_fwd_flops(model),
+                    padded * (h + model.moe_ffn_hidden_size) * 2 * BF16_BYTES, recipe.precision,
                     recipe, KernelClass.GROUPED_GEMM)
     if "moe_act" in modules and not whole:
         act_bytes = pairs * model.moe_ffn_hidden_size * 3 * BF16_BYTES

@@ -14,6 +14,7 @@ tasks interleave on the lanes, so one's all-to-all hides under the other's compu
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 
 from workloads import blocks as blk
@@ -26,6 +27,9 @@ from workloads.schedules import Unit, one_f_one_b
 from workloads.step_params import chunk_params, rank_params
 
 ATTENTION_BLOCKS = ("norms", "attn_proj", "core_attn")
+# Breakdown buckets of executed work that model FLOPs do not credit; the rest is "compute".
+CATEGORIES = {"router": "moe_overhead", "unpermute": "moe_overhead", "norms": "elementwise",
+              "embedding": "elementwise", "loss": "elementwise"}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +67,8 @@ class _Step:
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
         self.tokens = blk.tokens_per_gpu(self.plan)
         self._groups: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
+        self.fsdp = self.plan.dp_sharding == "fsdp"
+        self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
 
     def build(self) -> TaskGraph:
         ranks = simulated_ranks(self.plan, self.folded)
@@ -101,26 +107,34 @@ class _Step:
         overlap, warmup = self.recipe.a2a_overlap, schedule.warmup
         pairs_end = warmup + 2 * (len(schedule.units) // 2 - warmup)
         gate: tuple[str, ...] = ()
-        pair_start, first_end = gate, ""
+        pair_start, first_end, previous = gate, "", gate
         last_backward: dict[int, str] = {}
         for index, unit in enumerate(schedule.units):
             second_of_pair = overlap and warmup <= index < pairs_end and (index - warmup) % 2
+            start = pair_start if second_of_pair else gate
+            end = self._unit(rank, unit, start, gathers, previous)
+            previous = start
             if second_of_pair:
-                end = self._unit(rank, unit, pair_start, gathers)
                 gate = (first_end, end)
             else:
-                first_end = end = self._unit(rank, unit, gate, gathers)
+                first_end = end
                 pair_start, gate = gate, (end,)
             if unit.phase == "B":
                 last_backward[unit.chunk] = end
         self._step_tail(rank, last_backward, gathers)
 
-    def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...],
-              gathers: dict[int, str]) -> str:
-        """Add the tasks of one unit; return the name of its last compute task."""
+    def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...], gathers: dict[int, str],
+              prefetch_after: tuple[str, ...]) -> str:
+        """Add the tasks of one unit; return the name of its last compute task.
+
+        With FSDP the unit's parameters are gathered first (prefetched as soon as the unit
+        before it starts) and its gradients reduce-scattered after a backward."""
         virtual = unit.chunk * self.plan.pp + stage_of(self.plan, rank)
         prefix = f"{rank}/{unit.phase}{unit.microbatch}/v{virtual}"
         after = list(gate)
+        if self.fsdp:
+            after.extend(self._chunk_collectives(rank, f"{prefix}/fsdp_ag", Op.ALL_GATHER,
+                                                 virtual, prefetch_after))
         if unit.phase == "F":
             if virtual > 0:
                 after.append(f"{self._pp_peer(rank, -1)}/F{unit.microbatch}/v{virtual - 1}/send")
@@ -137,7 +151,21 @@ class _Step:
                          category="compute", work=_EMPTY, microbatch=unit.microbatch,
                          chunk=unit.chunk)
         self._send(rank, unit, virtual, prefix, end)
+        if self.fsdp and unit.phase == "B":
+            self.fsdp_reductions[rank].extend(self._chunk_collectives(
+                rank, f"{prefix}/fsdp_rs", Op.REDUCE_SCATTER, virtual, (end,)))
         return end
+
+    def _chunk_collectives(self, rank: int, name: str, op: Op, virtual: int,
+                           after: tuple[str, ...]) -> list[str]:
+        """All-gather of a chunk's parameters or reduce-scatter of its gradients, over
+        attention DP (dense parameters) and expert DP (expert parameters)."""
+        dense, expert = chunk_params(self.model, self.plan, self.stages, virtual)
+        element = (self.recipe.grad_reduce_dtype_bytes if op is Op.REDUCE_SCATTER
+                   else 1 if self.recipe.fp8_param_gather else blk.BF16_BYTES)
+        names = [self._dp(rank, f"{name}/{kind}", op, kind, count * element, after)
+                 for kind, count in (("dp", dense), ("edp", expert)) if count > 0]
+        return [n for n in names if n is not None]
 
     def _send(self, rank: int, unit: Unit, virtual: int, prefix: str, end: str) -> None:
         last_virtual = len(self.stages) - 1
@@ -273,8 +301,7 @@ class _Step:
                                 category="recompute", work=block.recompute,
                                 microbatch=unit.microbatch, chunk=unit.chunk),)
         work = block.forward if unit.phase == "F" else block.backward
-        category = "moe_overhead" if name.rsplit(".", 1)[-1] in ("router", "unpermute") \
-            else "compute"
+        category = CATEGORIES.get(name.rsplit(".", 1)[-1], "compute")
         return self.g.add(name, after=after, rank=rank, lane=Lane.COMPUTE, category=category,
                           work=work, microbatch=unit.microbatch, chunk=unit.chunk)
 
@@ -312,20 +339,16 @@ class _Step:
     # --- data parallelism and the optimizer ---------------------------------------------
     def _param_gathers_at_start(self, rank: int) -> dict[int, str]:
         """With overlapped parameter gathering, each chunk's all-gather opens the step."""
-        if not self.recipe.overlap_param_gather:
+        if not self.recipe.overlap_param_gather or self.fsdp:
             return {}
         return self._param_gathers(rank, ())
 
     def _param_gathers(self, rank: int, after: tuple[str, ...]) -> dict[int, str]:
         names = {}
-        element = 1 if self.recipe.fp8_param_gather else blk.BF16_BYTES
         for chunk in range(self.plan.vpp):
-            dense, expert = chunk_params(self.model, self.plan, self.stages,
-                                         chunk * self.plan.pp + stage_of(self.plan, rank))
-            parts = [self._dp(rank, f"{rank}/ag/c{chunk}/{kind}", Op.ALL_GATHER, kind,
-                              count * element, after)
-                     for kind, count in (("dp", dense), ("edp", expert)) if count > 0]
-            parts = [p for p in parts if p is not None]
+            virtual = chunk * self.plan.pp + stage_of(self.plan, rank)
+            parts = self._chunk_collectives(rank, f"{rank}/ag/c{chunk}", Op.ALL_GATHER, virtual,
+                                            after)
             if parts:
                 names[chunk] = parts[0] if len(parts) == 1 else self._join(
                     rank, f"{rank}/ag/c{chunk}", tuple(parts), chunk=chunk)
@@ -343,16 +366,11 @@ class _Step:
                    gathers: dict[int, str]) -> None:
         overlap = self.recipe.overlap_grad_reduce
         everything = tuple(last_backward.values())
-        reductions = []
-        for chunk, end in sorted(last_backward.items()):
-            dense, expert = chunk_params(self.model, self.plan, self.stages,
-                                         chunk * self.plan.pp + stage_of(self.plan, rank))
-            for kind, count in (("dp", dense), ("edp", expert)):
-                name = self._dp(rank, f"{rank}/rs/c{chunk}/{kind}", Op.REDUCE_SCATTER, kind,
-                                count * self.recipe.grad_reduce_dtype_bytes,
-                                (end,) if overlap else everything)
-                if name is not None and count > 0:
-                    reductions.append(name)
+        reductions = list(self.fsdp_reductions[rank])
+        for chunk, end in ([] if self.fsdp else sorted(last_backward.items())):
+            reductions.extend(self._chunk_collectives(
+                rank, f"{rank}/rs/c{chunk}", Op.REDUCE_SCATTER,
+                chunk * self.plan.pp + stage_of(self.plan, rank), (end,) if overlap else everything))
         reductions.extend(self._router_bias(rank, everything))
         dense, expert = rank_params(self.model, self.plan, self.stages, stage_of(self.plan, rank))
         shard = dense / self.plan.dp + expert / self.plan.expert_dp
@@ -360,7 +378,7 @@ class _Step:
                                rank=rank, lane=Lane.COMPUTE, category="optimizer",
                                work=blk.optimizer_work(shard, self.recipe,
                                                        self.recipe.cuda_graphs == "full"))
-        if not gathers and self.plan.dp > 1:
+        if not gathers and not self.fsdp:
             self._param_gathers(rank, (optimizer,))
 
     def _router_bias(self, rank: int, after: tuple[str, ...]) -> list[str]:
