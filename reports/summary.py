@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 GIB = 2**30
-BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "elementwise", "optimizer", "launch", "exposed_ep",
-                   "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble")
+BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "elementwise", "optimizer", "launch",
+                   "exposed_ep", "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble")
 BREAKDOWN_LABELS = {
     "compute": "compute (model GEMMs, attention)", "recompute": "recompute",
     "moe_overhead": "router, permute, unpermute", "optimizer": "optimizer step",
@@ -26,8 +26,8 @@ def _plan_line(s: Mapping[str, Any]) -> str:
 def _breakdown_lines(breakdown: Mapping[str, float], step_s: float) -> list[str]:
     keys = [k for k in BREAKDOWN_ORDER if k in breakdown] + sorted(
         k for k in breakdown if k not in BREAKDOWN_ORDER)
-    return [f"  {BREAKDOWN_LABELS.get(k, k):<40}{breakdown[k]:9.3f} s {100 * breakdown[k] / step_s:6.1f} %"
-            for k in keys]
+    return [f"  {BREAKDOWN_LABELS.get(k, k):<40}{breakdown[k]:9.3f} s "
+            f"{100 * breakdown[k] / step_s:6.1f} %" for k in keys]
 
 
 def format_summary(result: Mapping[str, Any]) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Mapping
 
 
 def _frozen(mapping: dict[str, float]) -> Mapping[str, float]:
@@ -98,5 +98,7 @@ def params_with(params: CostParams, key: str, value: float) -> CostParams:
     if not entry:
         if not isinstance(current, float):
             raise ValueError(f"calibration parameter {name}: give a key, e.g. {name}.fp8=0.7")
-        return replace(params, **{name: value})
-    return replace(params, **{name: _frozen({**current, entry: value})})
+        change: dict[str, Any] = {name: value}
+        return replace(params, **change)
+    change = {name: _frozen({**current, entry: value})}
+    return replace(params, **change)

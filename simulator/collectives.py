@@ -132,12 +132,13 @@ class CollectivePlanner:
         algorithm = collective.algorithm
         overhead_s = self._params.overhead_s(algorithm)
         phases = []
-        for steps, shape_classes in self._cache[key]:
+        for position, (steps, shape_classes) in enumerate(self._cache[key]):
             classes = tuple(
                 FlowClass(shape=c.shape, bytes_per_flow=collective.bytes_per_rank * c.fraction
                           / self._params.comm(self._comm_algorithm(algorithm), c.fabric))
                 for c in shape_classes)
-            latency_s = overhead_s + steps * max(c.latency_s for c in shape_classes)
+            start_s = overhead_s if position == 0 else 0.0
+            latency_s = start_s + steps * max(c.latency_s for c in shape_classes)
             phases.append(Phase(latency_s, classes))
         return tuple(phases)
 

@@ -119,9 +119,11 @@ class _Replay:
             now=lambda: self.env.now, schedule=self._schedule)
         self.records: list[TaskRecord] = []
 
-    def _schedule(self, delay_s: float, callback: Callable[[], None]) -> None:
-        timer = self.env.timeout(delay_s)
-        timer.callbacks.append(lambda _: callback())
+    def _schedule(self, delay_s: float, callback: Callable[[], object]) -> None:
+        def fire(_: simpy.Event) -> None:
+            callback()
+
+        self.env.timeout(delay_s).callbacks.append(fire)
 
     def _lane(self, rank: int, lane: Lane) -> simpy.PriorityResource:
         key = (rank, lane)

@@ -72,7 +72,7 @@ def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> 
 class _Transfer:
     classes: list[FlowClass]
     remaining_bytes: np.ndarray
-    on_done: Callable[[], None]
+    on_done: Callable[[], object]
 
 
 @dataclass(slots=True)
@@ -85,7 +85,7 @@ class FluidNetwork:
 
     capacity_bytes_per_s: np.ndarray
     now: Callable[[], float]
-    schedule: Callable[[float, Callable[[], None]], None]
+    schedule: Callable[[float, Callable[[], object]], None]
     _transfers: dict[int, _Transfer] = field(default_factory=dict)
     _rates: dict[int, np.ndarray] = field(default_factory=dict)
     _memo: dict[tuple[int, ...], tuple[list[FlowShape], np.ndarray]] = field(default_factory=dict)
@@ -93,7 +93,7 @@ class FluidNetwork:
     _generation: int = 0
     _last_s: float = 0.0
 
-    def start(self, classes: list[FlowClass], on_done: Callable[[], None]) -> None:
+    def start(self, classes: list[FlowClass], on_done: Callable[[], object]) -> None:
         """Start moving `classes`; call `on_done` when every byte of them has arrived."""
         self._advance()
         live = [c for c in classes if c.bytes_per_flow > 0]
@@ -129,7 +129,7 @@ class FluidNetwork:
         return float(np.min(transfer.remaining_bytes[moving] / rates[moving]))
 
     def _solve(self) -> dict[int, np.ndarray]:
-        """Rates of the live classes; memoised on the set of live shapes (held alive by the memo)."""
+        """Rates of the live classes, memoised on the set of live shapes (kept alive by the memo)."""
         entries = sorted(((id(c.shape), tid, k, c.shape) for tid, t in self._transfers.items()
                           for k, c in enumerate(t.classes) if t.remaining_bytes[k] > 0),
                          key=lambda entry: entry[0])

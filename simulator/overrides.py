@@ -61,8 +61,9 @@ def apply_setting(scenario: Scenario, setting: str) -> Scenario:
         return replace(scenario, system=system_with(scenario.system,
                                                     **{field: _system_value(field, text)}))
     if section in ("", "plan") and field in PLAN_FIELDS:
-        value = None if field == "layout" and text.lower() in ("", "default") else text
-        return replace(scenario, plan=replace(scenario.plan, **{field: value}))
+        change: dict[str, Any] = {
+            field: None if field == "layout" and text.lower() in ("", "default") else text}
+        return replace(scenario, plan=replace(scenario.plan, **change))
     if section in ("", "model") and field == "mtp_layers":
         return replace(scenario, model=scenario.model.with_mtp(_number(key, text, int)))
     if section == "" and field in SCENARIO_FIELDS:

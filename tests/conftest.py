@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import networkx as nx
 import pytest
 
 from simulator.calibration import CostParams
-from simulator.scenario import Scenario
+from simulator.scenario import Result, Scenario, run_scenario
 from topologies.hardware import GPUSpec
 from topologies.systems import load_system
 from topologies.topology import Topology
@@ -134,9 +134,24 @@ def small_moe() -> ModelSpec:
 def make_scenario(small_moe: ModelSpec) -> Callable[..., Scenario]:
     """Factory: the small MoE on 16 GB300 NVL72 GPUs in NVLink domains of 8 (two domains),
     MBS 1, GBS 32, sequence 256, recipe mbridge-26.06 unless overridden."""
-    def make(*, system=None, recipe_=None, domain_size: int = 8, **plan: int) -> Scenario:
+    def make(*, system: Any = None, recipe_: Any = None, domain_size: int = 8,
+             **plan: Any) -> Scenario:
         parallel = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, **plan)
         return Scenario(system=system or load_system("gb300-nvl72"), model=small_moe,
                         plan=parallel, recipe=recipe_ or recipe("mbridge-26.06"),
                         domain_size=domain_size)
     return make
+
+
+@pytest.fixture(scope="session")
+def run_small(make_scenario) -> Callable[..., Result]:
+    """Factory: `make_scenario(**options)` run with `run_scenario`, memoised for the session
+    (the engine is deterministic, so a repeated request returns the same Result)."""
+    cache: dict[tuple, Result] = {}
+
+    def run(*, folded: bool = True, **options: Any) -> Result:
+        key = (folded, tuple(sorted(options.items())))
+        if key not in cache:
+            cache[key] = run_scenario(make_scenario(**options), folded=folded)
+        return cache[key]
+    return run

@@ -174,6 +174,32 @@ def test_send_latency_is_the_sum_of_the_devices_it_enters_on_gb300(ideal_params,
     assert _span(records["send"]) == _approx(0.0, 2.8e-6 + 1e-2)
 
 
+def _with_overheads(params, **overheads: float):
+    return replace(params, collective_overhead_s={**params.collective_overhead_s, **overheads})
+
+
+def test_a_send_pays_the_collective_overhead_once(toy_topology, ideal_params, send):
+    params = _with_overheads(ideal_params, p2p=0.125)
+    g = GraphBuilder()
+    g.add("send", rank=0, lane=Lane.PP, category="pp", collective=send("s", 0, 1, 1 * GB))
+    records = _run(g, toy_topology(), params, (0,))
+    assert _span(records["send"]) == _approx(0.0, 1.125)
+
+
+def test_an_all_reduce_pays_the_collective_overhead_once(toy_topology, ideal_params):
+    # calibration.CostParams.collective_overhead_s: "Fixed start-up cost of one collective
+    # (launch, handshake, kernel tail)". 0.25 s once + two 1 s ring phases = 2.25 s.
+    params = _with_overheads(ideal_params, nccl=0.25)
+    group = (0, 1)
+    collective = Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=2 * GB, groups=(group,),
+                            members=group, algorithm="nccl")
+    g = GraphBuilder()
+    for rank in group:
+        g.add(f"ar{rank}", rank=rank, lane=Lane.DP, category="dp", collective=collective)
+    records = _run(g, toy_topology(), params, group)
+    assert _span(records["ar0"]) == _approx(0.0, 2.25)
+
+
 # --- the host ------------------------------------------------------------------------------
 
 def _two_tasks(compute, *, kernels: tuple[int, int], graphed: bool,

@@ -112,6 +112,9 @@ class Task:
     def __post_init__(self) -> None:
         if (self.work is None) == (self.collective is None):
             raise ValueError(f"task {self.name}: exactly one of work and collective is needed")
+        if (self.work is not None) != (self.lane is Lane.COMPUTE):
+            raise ValueError(f"task {self.name}: work runs on the compute lane, collectives on "
+                             f"communication lanes (lane={self.lane})")
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +130,10 @@ class TaskGraph:
                 raise ValueError(f"task graph: task {task.name} has id {task.id} at {position}")
             if any(dep >= task.id or dep < 0 for dep in task.deps):
                 raise ValueError(f"task graph: {task.name} depends on a later or unknown task")
+            members = task.collective.members if task.collective else (task.rank,)
+            if not set(members) <= set(self.simulated_ranks):
+                raise ValueError(f"task graph: {task.name} involves ranks {members} that are not"
+                                 f" simulated")
 
     def to_networkx(self) -> nx.DiGraph:
         """The graph for inspection (edges from dependency to dependent)."""
@@ -159,7 +166,8 @@ class GraphBuilder:
     def build(self, simulated_ranks: tuple[int, ...]) -> TaskGraph:
         order = self._topological_order()
         ids = {name: i for i, name in enumerate(order)}
-        tasks = tuple(Task(id=ids[name], name=name, deps=tuple(sorted(ids[d] for d in self._deps[name])),
+        tasks = tuple(Task(id=ids[name], name=name,
+                           deps=tuple(sorted(ids[d] for d in self._deps[name])),
                            **self._fields[name])  # type: ignore[arg-type]
                       for name in order)
         return TaskGraph(tasks, simulated_ranks)

@@ -66,7 +66,7 @@ class _Step:
         self.mlp = blk.dense_mlp_block(self.model, self.plan, self.recipe)
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
         self.tokens = blk.tokens_per_gpu(self.plan)
-        self._groups: dict[tuple[str, int], tuple[tuple[int, ...], ...]] = {}
+        self._groups: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = {}
         self.fsdp = self.plan.dp_sharding == "fsdp"
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
 
@@ -185,7 +185,7 @@ class _Step:
         if not self.folded:
             return ((rank, peer),)
         offset, first = peer - rank, rank - rank % self.plan.ranks_per_stage
-        key = ("pp", offset)
+        key = ("pp", first, offset)
         if key not in self._groups:
             self._groups[key] = tuple((r, r + offset) for r in
                                       range(first, first + self.plan.ranks_per_stage))
@@ -368,9 +368,10 @@ class _Step:
         everything = tuple(last_backward.values())
         reductions = list(self.fsdp_reductions[rank])
         for chunk, end in ([] if self.fsdp else sorted(last_backward.items())):
+            virtual = chunk * self.plan.pp + stage_of(self.plan, rank)
             reductions.extend(self._chunk_collectives(
-                rank, f"{rank}/rs/c{chunk}", Op.REDUCE_SCATTER,
-                chunk * self.plan.pp + stage_of(self.plan, rank), (end,) if overlap else everything))
+                rank, f"{rank}/rs/c{chunk}", Op.REDUCE_SCATTER, virtual,
+                (end,) if overlap else everything))
         reductions.extend(self._router_bias(rank, everything))
         dense, expert = rank_params(self.model, self.plan, self.stages, stage_of(self.plan, rank))
         shard = dense / self.plan.dp + expert / self.plan.expert_dp
