@@ -129,7 +129,7 @@ class FluidNetwork:
         return float(np.min(transfer.remaining_bytes[moving] / rates[moving]))
 
     def _solve(self) -> dict[int, np.ndarray]:
-        """Rates of the live classes, memoised on the set of live shapes (kept alive by the memo)."""
+        """Rates of the live classes, memoised on the set of live shapes (kept by the memo)."""
         entries = sorted(((id(c.shape), tid, k, c.shape) for tid, t in self._transfers.items()
                           for k, c in enumerate(t.classes) if t.remaining_bytes[k] > 0),
                          key=lambda entry: entry[0])
