@@ -1,9 +1,12 @@
-"""The command line: `moesim run` simulates one training step and prints what it found.
+"""The command line: `moesim run` simulates one training step and prints what it found;
+`moesim list` prints the catalogs and `moesim show system` one built system and its drawing.
 
     moesim run                      # DeepSeek-V3 on 256 GB300 NVL72 GPUs, recipe mbridge-26.06
     moesim run --system gb200-nvl72 --pp 4 --vpp 4 --ep 64
     moesim run --set a2a_overlap=false --set system.nic=connectx-7 --json
     moesim run --trace step.json    # open in ui.perfetto.dev
+    moesim list                     # GPUs, systems, models and recipes; or `moesim list gpus`
+    moesim show system gb300-nvl72 --gpus 256 --domain-size 64 --png gb300.png
 
 Every error is one line on stderr and exit status 2; nothing is written unless the run worked.
 """
@@ -22,6 +25,10 @@ from workloads.recipes import recipe, recipe_with
 
 from reports.chrome_trace import write_chrome_trace
 from reports.summary import format_summary
+from reports.tables import format_table
+from reports.topology_plot import draw_topology
+from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
+                               summarise, summary_rows)
 from simulator.overrides import apply_setting
 from simulator.results import result_document, trace_rows
 from simulator.scenario import Scenario, default_scenario, run_scenario
@@ -29,6 +36,7 @@ from simulator.scenario import Scenario, default_scenario, run_scenario
 # NVIDIA's DeepSeek-V3 recipes put 64 of an NVL72 rack's 72 GPUs in one NVLink domain
 # (hardware-and-recipes.md §3, DESIGN.md "Placement"); smaller domains are used whole.
 NVL72_RECIPE_DOMAIN = 64
+SHOW_SUBJECTS = ("system",)
 PLAN_FLAGS = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep",
               "etp": "etp", "cp": "cp", "mbs": "mbs", "gbs": "gbs", "seq": "seq_len"}
 
@@ -55,11 +63,33 @@ def _run_parser(commands: argparse._SubParsersAction) -> None:
                      help="simulate every GPU instead of one per pipeline stage")
 
 
+def _list_parser(commands: argparse._SubParsersAction) -> None:
+    listing = commands.add_parser("list", help="print the catalogs",
+                                  description="Print catalog tables (all four by default).")
+    listing.add_argument("table", nargs="?", help=" | ".join(CATALOG_TABLES))
+    listing.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def _show_parser(commands: argparse._SubParsersAction) -> None:
+    show = commands.add_parser("show", help="summarise and draw a system", description=(
+        "Build a system for N GPUs, print its counts and bandwidths, draw it as a PNG."))
+    show.add_argument("what", help=" | ".join(SHOW_SUBJECTS))
+    show.add_argument("name", help="catalog system name or a system YAML file")
+    show.add_argument("--gpus", type=int, metavar="N",
+                      help="GPU count (default: four NVLink domains)")
+    show.add_argument("--domain-size", type=int, metavar="N",
+                      help="GPUs per NVLink domain (default: the system's)")
+    show.add_argument("--png", metavar="FILE", help="drawing file (default: SYSTEM-N.png)")
+    show.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="moesim", description=(
         "Discrete-event performance simulator for large-model training clusters."))
     commands = top.add_subparsers(dest="command", required=True)
     _run_parser(commands)
+    _list_parser(commands)
+    _show_parser(commands)
     return top
 
 
@@ -96,10 +126,38 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list(args: argparse.Namespace) -> int:
+    tables = [args.table] if args.table is not None else list(CATALOG_TABLES)
+    rows = {table: catalog_rows(table) for table in tables}
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        print("\n\n".join(f"{table}\n{format_table(rows[table])}" for table in tables))
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    if args.what not in SHOW_SUBJECTS:
+        raise ValueError(f"cannot show {args.what!r}: known are {', '.join(SHOW_SUBJECTS)}")
+    system, topology = build_system(args.name, args.gpus, args.domain_size)
+    summary = summarise(system, topology)
+    png = args.png or f"{system.name}-{topology.num_gpus}.png"
+    draw_topology(drawing_data(system, topology), png)
+    if args.json:
+        print(json.dumps({**summary, "png": png}, indent=1))
+    else:
+        print(format_table(summary_rows(summary)))
+        print(f"topology drawing written to {png}")
+    return 0
+
+
+COMMANDS = {"run": _run, "list": _list, "show": _show}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        return _run(args)
+        return COMMANDS[args.command](args)
     except (ValueError, OSError) as error:
         print(f"moesim: error: {error}", file=sys.stderr)
         return 2
