@@ -6,7 +6,10 @@ import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def write_text(path: str | Path, text: str) -> None:
@@ -26,3 +29,19 @@ def write_text(path: str | Path, text: str) -> None:
 
 def write_json(path: str | Path, document: Any) -> None:
     write_text(path, json.dumps(document, indent=1) + "\n")
+
+
+def save_png(figure: "Figure", path: str | Path) -> None:
+    """Write the figure to path as a PNG, whole or not at all (temporary file, then rename)."""
+    target = Path(path)
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"output {str(target)!r}: folder {str(folder)!r} does not exist")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".png")
+    os.close(handle)
+    try:
+        figure.savefig(temporary, format="png", dpi=110)
+        os.replace(temporary, target)
+    except BaseException:
+        os.unlink(temporary)
+        raise

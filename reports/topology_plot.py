@@ -13,8 +13,6 @@ ellipsis naming what is left out, and the last domain, with only the switches th
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +22,8 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
+
+from reports.files import save_png
 
 MAX_DRAWN_GPUS = 256
 MAX_DRAWN_DOMAINS = 8
@@ -291,22 +291,6 @@ def topology_figure(graph_data: Mapping[str, Any]) -> Figure:
     figure.legend(handles=handles, loc="outside lower center", ncols=2, fontsize=9,
                   frameon=False)
     return figure
-
-
-def save_png(figure: Figure, path: str | Path) -> None:
-    """Write the figure to path as a PNG, whole or not at all (temporary file, then rename)."""
-    target = Path(path)
-    folder = target.parent
-    if not folder.is_dir():
-        raise ValueError(f"output {str(target)!r}: folder {str(folder)!r} does not exist")
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".png")
-    os.close(handle)
-    try:
-        figure.savefig(temporary, format="png", dpi=110)
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def draw_topology(graph_data: Mapping[str, Any], path: str | Path) -> Figure:

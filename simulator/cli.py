@@ -16,7 +16,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
+from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Sequence
 
 from topologies.systems import SystemSpec, load_system
@@ -27,11 +28,14 @@ from reports.chrome_trace import write_chrome_trace
 from reports.summary import format_summary
 from reports.tables import format_table
 from reports.topology_plot import draw_topology
+from reports.validation_plot import write_validation_plot
+from reports.validation_table import format_validation
 from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
                                summarise, summary_rows)
 from simulator.overrides import apply_setting
 from simulator.results import result_document, trace_rows
 from simulator.scenario import Scenario, default_scenario, run_scenario
+from simulator.validation import read_measurements, summarize, validate_rows
 
 # NVIDIA's DeepSeek-V3 recipes put 64 of an NVL72 rack's 72 GPUs in one NVLink domain
 # (hardware-and-recipes.md §3, DESIGN.md "Placement"); smaller domains are used whole.
@@ -90,6 +94,7 @@ def parser() -> argparse.ArgumentParser:
     _run_parser(commands)
     _list_parser(commands)
     _show_parser(commands)
+    _validate_parser(commands)
     return top
 
 
@@ -151,7 +156,35 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "list": _list, "show": _show}
+def _validate_parser(commands: argparse._SubParsersAction) -> None:
+    validate = commands.add_parser(
+        "validate", help="predicted vs measured for every row of a measurements CSV",
+        description="Run every row of FILE.csv (schema: ../shared/data/README.md) and print "
+                    "the signed error of each and the median, mean and max absolute error.")
+    validate.add_argument("csv", metavar="FILE.csv")
+    validate.add_argument("--json", action="store_true", help="print one JSON object")
+    validate.add_argument("--plot", metavar="PNG", help="draw predicted vs measured")
+    validate.add_argument("--jobs", type=int, default=1, metavar="N",
+                          help="rows to run in parallel processes")
+
+
+def _validate(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise ValueError(f"--jobs={args.jobs}: must be >= 1")
+    results = validate_rows(read_measurements(args.csv), jobs=args.jobs)
+    rows = [asdict(r) for r in results]
+    summary = summarize(results)
+    if args.plot:
+        write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} "
+                              f"(median |error| {summary['median_abs_error_pct']:.1f} %)")
+    if args.json:
+        print(json.dumps({"rows": rows, "summary": summary}, indent=1))
+    else:
+        print(format_validation(rows, summary))
+    return 0
+
+
+COMMANDS = {"run": _run, "list": _list, "show": _show, "validate": _validate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,0 +1,184 @@
+"""Predicted vs measured: run every row of a measurements CSV and report the signed error.
+
+A row (schema in ../shared/data/README.md) becomes a Scenario: the catalog system of its GPU,
+the catalog model with the row's MTP depth, the row's plan, and its release's recipe with the
+row's explicit flags on top. The error is on tokens/s where the row measured it (FLOPs
+formulas differ between sources), else on TFLOP/s under the row's own formula:
+
+    error_pct = 100 * (predicted / measured - 1)
+
+A row moesim cannot run is reported with its reason and counted, never skipped.
+"""
+
+from __future__ import annotations
+
+import math
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from topologies.systems import load_system
+from workloads.models import model_spec
+from workloads.parallelism import ParallelPlan
+from workloads.recipes import Recipe, recipe, recipe_with
+
+from simulator.calibration import DEFAULT_PARAMS, CostParams
+from simulator.scenario import Scenario, run_scenario
+
+SYSTEM_OF_GPU = {"gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "b200": "dgx-b200",
+                 "b300": "dgx-b300", "h100": "dgx-h100", "h800": "hgx-h800", "h200": "hgx-h200"}
+# NVIDIA's NVL72 recipes put 64 of a rack's 72 GPUs in one NVLink domain (DESIGN.md).
+NVL72_RECIPE_DOMAIN = 64
+# SMs the EP dispatcher kernels hold when a row names the dispatcher but not its SMs:
+# HybridEP 32 (Megatron-Bridge DSv3 recipes), DeepEP 24 (Megatron GB200 guide §2.2.1).
+DISPATCHER_SMS = {"alltoall": 0, "allgather": 0, "deepep": 24, "hybridep": 32}
+REQUIRED_COLUMNS = ("name", "model", "gpu", "num_gpus", "precision", "tp", "pp", "vpp", "ep",
+                    "etp", "cp", "mbs", "gbs", "seq_len", "fsdp", "mtp_layers", "release",
+                    "recompute", "dispatcher", "cuda_graphs", "a2a_overlap", "fp8_attention",
+                    "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
+                    "flops_formula")
+INTEGER_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len",
+                   "fsdp", "mtp_layers")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowResult:
+    """One row's outcome; `status` is "ok" or "failed" (then `reason` says why)."""
+
+    name: str
+    gpu: str
+    model: str
+    status: str
+    reason: str
+    predicted_tokens_per_s_per_gpu: float | None
+    predicted_tflops_per_gpu: float | None
+    measured_tokens_per_s_per_gpu: float | None
+    measured_tflops_per_gpu: float | None
+    error_pct: float | None
+
+
+def read_measurements(path: str | Path) -> list[dict[str, Any]]:
+    """The CSV's rows as dicts; a one-line error names the file, row and column at fault."""
+    try:
+        frame = pd.read_csv(path, dtype=str, keep_default_na=False)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read as CSV ({error})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
+    rows = frame.to_dict("records")
+    for number, row in enumerate(rows, start=2):
+        for column in INTEGER_COLUMNS:
+            if not row[column].strip().isdigit():
+                raise ValueError(f"{path}: line {number} ({row['name']}): {column}="
+                                 f"{row[column]!r} must be a non-negative integer")
+    return rows
+
+
+def _number(text: str) -> float | None:
+    return float(text) if text.strip() else None
+
+
+def _flag(text: str) -> bool | None:
+    return None if not text.strip() else text.strip() == "1"
+
+
+def row_recipe(row: dict[str, Any]) -> Recipe:
+    """The release's recipe with the row's explicit flags applied."""
+    changes: dict[str, Any] = {"precision": row["precision"]}
+    if row["recompute"]:
+        changes["recompute_modules"] = (() if row["recompute"] == "none"
+                                        else tuple(row["recompute"].split("+")))
+    if row["dispatcher"]:
+        changes["dispatcher"] = row["dispatcher"]
+        changes["dispatcher_sms"] = DISPATCHER_SMS[row["dispatcher"]]
+    if row["cuda_graphs"]:
+        changes["cuda_graphs"] = row["cuda_graphs"]
+    for column, field in (("a2a_overlap", "a2a_overlap"), ("fp8_attention", "fp8_attention")):
+        if _flag(row[column]) is not None:
+            changes[field] = _flag(row[column])
+    base = recipe(row["release"])
+    if changes.get("a2a_overlap"):
+        changes["shared_expert_overlap"] = False
+    if changes["precision"] == "bf16":
+        changes.update(fp8_attention=False, fp8_param_gather=False)
+    if changes.get("cuda_graphs", base.cuda_graphs) != "full":
+        changes["expert_capacity_factor"] = None
+    return recipe_with(base, **changes)
+
+
+def row_scenario(row: dict[str, Any]) -> Scenario:
+    """The Scenario a measured row describes."""
+    if row["gpu"] not in SYSTEM_OF_GPU:
+        raise ValueError(f"gpu={row['gpu']!r}: known are {', '.join(SYSTEM_OF_GPU)}")
+    system = load_system(SYSTEM_OF_GPU[row["gpu"]])
+    integers = {c: int(row[c]) for c in INTEGER_COLUMNS}
+    plan = ParallelPlan(num_gpus=integers["num_gpus"], tp=integers["tp"], pp=integers["pp"],
+                        vpp=integers["vpp"], ep=integers["ep"], etp=integers["etp"],
+                        cp=integers["cp"], mbs=integers["mbs"], gbs=integers["gbs"],
+                        seq_len=integers["seq_len"],
+                        dp_sharding="fsdp" if integers["fsdp"] else "distributed-optimizer")
+    domain = NVL72_RECIPE_DOMAIN if system.gpus_per_domain == 72 else None
+    return Scenario(system=system, model=model_spec(row["model"]).with_mtp(integers["mtp_layers"]),
+                    plan=plan, recipe=row_recipe(row), domain_size=domain)
+
+
+def _measured(row: dict[str, Any]) -> tuple[float | None, float | None]:
+    return _number(row["measured_tokens_per_s_per_gpu"]), _number(row["measured_tflops_per_gpu"])
+
+
+def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> RowResult:
+    """Run one row; a ValueError (bad plan, no fit, unknown name) becomes a failed row."""
+    tokens, tflops = _measured(row)
+    common = dict(name=row["name"], gpu=row["gpu"], model=row["model"],
+                  measured_tokens_per_s_per_gpu=tokens, measured_tflops_per_gpu=tflops)
+    try:
+        result = run_scenario(replace(row_scenario(row), params=params))
+    except ValueError as error:
+        return RowResult(status="failed", reason=str(error), predicted_tokens_per_s_per_gpu=None,
+                         predicted_tflops_per_gpu=None, error_pct=None, **common)
+    predicted_tokens = result.metrics.tokens_per_s_per_gpu
+    predicted_tflops = result.metrics.tflops_per_gpu
+    if tokens is not None:
+        error = 100 * (predicted_tokens / tokens - 1)
+    else:
+        assert tflops is not None
+        error = 100 * (predicted_tflops / tflops - 1)
+    return RowResult(status="ok", reason="", predicted_tokens_per_s_per_gpu=predicted_tokens,
+                     predicted_tflops_per_gpu=predicted_tflops, error_pct=error, **common)
+
+
+def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAMS,
+                  jobs: int = 1) -> list[RowResult]:
+    """Every row's result, in the rows' order; `jobs` > 1 runs rows in parallel processes."""
+    if jobs <= 1:
+        return [validate_row(row, params) for row in rows]
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        return list(pool.map(validate_row, rows, [params] * len(rows)))
+
+
+def _stats(errors: list[float]) -> dict[str, float]:
+    absolute = sorted(abs(e) for e in errors)
+    if not absolute:
+        return {"median_abs_error_pct": math.nan, "mean_abs_error_pct": math.nan,
+                "max_abs_error_pct": math.nan}
+    return {"median_abs_error_pct": float(pd.Series(absolute).median()),
+            "mean_abs_error_pct": sum(absolute) / len(absolute),
+            "max_abs_error_pct": absolute[-1]}
+
+
+def summarize(results: list[RowResult]) -> dict[str, Any]:
+    """Overall, per-GPU and per-model error statistics; failures are counted."""
+    ok = [r for r in results if r.status == "ok" and r.error_pct is not None]
+    summary: dict[str, Any] = {"n": len(results), "n_failed": len(results) - len(ok),
+                               **_stats([r.error_pct for r in ok if r.error_pct is not None])}
+    for key in ("gpu", "model"):
+        groups = sorted({getattr(r, key) for r in ok})
+        summary[f"by_{key}"] = {g: {"n": sum(getattr(r, key) == g for r in ok),
+                                    **_stats([r.error_pct for r in ok if getattr(r, key) == g
+                                              and r.error_pct is not None])}
+                                for g in groups}
+    return summary

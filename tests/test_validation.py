@@ -1,0 +1,76 @@
+"""moesim validate on a three-row fixture (made-up measurements, not published rows)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.scenario import run_scenario
+from simulator.validation import read_measurements, row_scenario, summarize, validate_rows
+
+FIXTURE = Path(__file__).parent / "data" / "validate_three.csv"
+
+
+@pytest.fixture(scope="module")
+def results():
+    return validate_rows(read_measurements(FIXTURE))
+
+
+def test_errors_are_taken_on_tokens_where_measured_else_on_tflops(results):
+    rows = read_measurements(FIXTURE)
+    on_tokens, on_tflops, failed = results
+    predicted = run_scenario(row_scenario(rows[0])).metrics
+    assert on_tokens.predicted_tokens_per_s_per_gpu == pytest.approx(
+        predicted.tokens_per_s_per_gpu)
+    assert on_tokens.error_pct == pytest.approx(
+        100 * (predicted.tokens_per_s_per_gpu / 10000 - 1))
+    assert on_tflops.error_pct == pytest.approx(
+        100 * (on_tflops.predicted_tflops_per_gpu / 400 - 1))
+    assert failed.status == "failed" and "x999" in failed.reason
+
+
+def test_summary_counts_failures_and_groups(results):
+    summary = summarize(results)
+    assert (summary["n"], summary["n_failed"]) == (3, 1)
+    errors = sorted(abs(r.error_pct) for r in results[:2])
+    assert summary["max_abs_error_pct"] == pytest.approx(errors[-1])
+    assert summary["median_abs_error_pct"] == pytest.approx(sum(errors) / 2)
+    assert set(summary["by_gpu"]) == {"h100"} and set(summary["by_model"]) == {"llama3-8b"}
+
+
+def test_validate_command_json_and_plot(tmp_path, capsys):
+    plot = tmp_path / "validation.png"
+    assert main(["validate", str(FIXTURE), "--json", "--plot", str(plot)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert set(document) == {"rows", "summary"}
+    keys = {"name", "status", "reason", "predicted_tokens_per_s_per_gpu",
+            "predicted_tflops_per_gpu", "measured_tokens_per_s_per_gpu",
+            "measured_tflops_per_gpu", "error_pct"}
+    assert all(keys <= set(row) for row in document["rows"])
+    assert {"n", "n_failed", "median_abs_error_pct", "mean_abs_error_pct",
+            "max_abs_error_pct"} <= set(document["summary"])
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_validation_figure_has_the_points_and_the_band(results):
+    from dataclasses import asdict
+
+    from reports.validation_plot import validation_figure
+    figure = validation_figure([asdict(r) for r in results], "fixture")
+    axes = figure.axes[0]
+    assert axes.get_xscale() == "log" and axes.get_yscale() == "log"
+    offsets = [len(c.get_offsets()) for c in axes.collections if hasattr(c, "get_offsets")]
+    assert sum(offsets) >= 2
+
+
+@pytest.mark.parametrize("text, words", [
+    ("name,model\nx,y\n", ["missing column"]),
+    (FIXTURE.read_text().replace(",8,bf16,1,1,1", ",eight,bf16,1,1,1", 1), ["num_gpus", "eight"]),
+])
+def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.csv"
+    path.write_text(text)
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words)
