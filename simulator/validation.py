@@ -137,8 +137,8 @@ def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> Ro
                   measured_tokens_per_s_per_gpu=tokens, measured_tflops_per_gpu=tflops)
     try:
         result = run_scenario(replace(row_scenario(row), params=params))
-    except ValueError as error:
-        return RowResult(status="failed", reason=str(error), predicted_tokens_per_s_per_gpu=None,
+    except ValueError as failure:
+        return RowResult(status="failed", reason=str(failure), predicted_tokens_per_s_per_gpu=None,
                          predicted_tflops_per_gpu=None, error_pct=None, **common)
     predicted_tokens = result.metrics.tokens_per_s_per_gpu
     predicted_tflops = result.metrics.tflops_per_gpu
