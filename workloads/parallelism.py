@@ -15,6 +15,7 @@ from math import prod
 
 from workloads.layout import Layout, default_layout, parse_layout, validate_layout
 from workloads.models import ModelSpec
+from workloads.pipeline_layouts import known_layout
 
 DP_SHARDINGS = ("distributed-optimizer", "fsdp")
 GROUP_KINDS = ("tp", "cp", "dp", "pp", "etp", "ep", "edp")
@@ -125,10 +126,19 @@ def validate_plan(plan: ParallelPlan, model: ModelSpec) -> None:
 
 
 def pipeline_layout(plan: ParallelPlan, model: ModelSpec) -> Layout:
-    """The plan's layout string parsed, or the default even split when it has none."""
-    if plan.layout is None:
-        return default_layout(model, plan.pp, plan.vpp)
-    return parse_layout(plan.layout)
+    """The plan's layout string parsed; without one, the layout the published recipes use for
+    this model and pipeline shape, else the default even split."""
+    if plan.layout is not None:
+        return parse_layout(plan.layout)
+    published = known_layout(model, plan.pp, plan.vpp)
+    if published is not None:
+        stages = parse_layout(published)
+        try:
+            validate_layout(stages, model, plan.pp, plan.vpp)
+            return stages
+        except ValueError:
+            pass
+    return default_layout(model, plan.pp, plan.vpp)
 
 
 def _sizes(plan: ParallelPlan, kind: str) -> tuple[int, int, int, int]:
