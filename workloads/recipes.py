@@ -189,14 +189,65 @@ _MBRIDGE_25_11 = Recipe(
     nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
 )
 
-RECIPES: dict[str, Recipe] = {
-    r.name: r for r in (
-        _MBRIDGE_25_11,
-        _MBRIDGE_26_02,
-        replace(_MBRIDGE_26_02, name="mbridge-26.04"),  # data table: same flags as 26.02 on GB300
-        _MBRIDGE_26_06,
-    )
-}
+_MEGATRON_DEFAULTS = Recipe(
+    # Plain Megatron-LM / Megatron-Bridge training defaults for runs whose tables give no
+    # recipe flags: distributed optimizer with overlapped grad reduce and param gather (the
+    # NVIDIA perf recipes' common setting, hw §3), FP32 gradient reduction and FP32 Adam
+    # moments (Megatron defaults: grad_reduce_in_fp32 and 4+4+4 bytes of optimizer state),
+    # eager execution, NCCL all-to-all dispatcher, no recompute, NVLS allowed.
+    name="megatron-defaults",
+    overlap_grad_reduce=True,
+    overlap_param_gather=True,
+)
+
+# Releases in the `release` vocabulary of ../shared/data/README.md. A row's explicit flags
+# (precision, recompute, dispatcher, cuda_graphs, a2a_overlap, fp8_attention) override these.
+_RELEASES = (
+    _MEGATRON_DEFAULTS,
+    _MBRIDGE_25_11,
+    _MBRIDGE_26_02,
+    replace(_MBRIDGE_26_02, name="mbridge-26.04"),  # data table: same flags as 26.02 on GB300
+    _MBRIDGE_26_06,
+    # 26.08 keeps 26.06's DSv3 features and adds FP8 output projection (hw §3 row 1), which
+    # moesim does not distinguish from the MXFP8 linear layers it already runs in FP8.
+    replace(_MBRIDGE_26_06, name="mbridge-26.08"),
+    # 25.09: first Megatron-Bridge tables; DSv3 H100 flags come per row (data table row 25.09);
+    # BF16 gradient reduction and precision-aware optimizer as in the later DSv3 recipes.
+    replace(_MBRIDGE_25_11, name="mbridge-25.09", cuda_graphs="none",
+            recompute_modules=("mla_up_proj", "mlp")),
+    # GB200 guide baseline (hw §3, data/README.md "Other sources"): alltoall dispatcher, no
+    # graphs, no 1F1B A2A overlap, FP8 param-gather, BF16 Adam moments; steps override flags.
+    replace(_MEGATRON_DEFAULTS, name="mbridge-gb200-guide-2025-11", precision="mxfp8",
+            recompute_modules=("mla_up_proj", "mlp"), fp8_param_gather=True,
+            grad_reduce_dtype_bytes=2, optimizer_state_bytes_per_param=8.0, nccl_nvls=False),
+    # ModelZoo scripts (yanring/Megatron-MoE-ModelZoo) and the MoE report built on them: flags
+    # per row; BF16 moments via the precision-aware optimizer as in the Bridge DSv3 recipes.
+    replace(_MEGATRON_DEFAULTS, name="modelzoo-2025", dispatcher="deepep", dispatcher_sms=24,
+            optimizer_state_bytes_per_param=8.0, grad_reduce_dtype_bytes=2),
+    replace(_MEGATRON_DEFAULTS, name="modelzoo-2026", dispatcher="hybridep", dispatcher_sms=32,
+            optimizer_state_bytes_per_param=8.0, grad_reduce_dtype_bytes=2),
+    replace(_MEGATRON_DEFAULTS, name="moe-report-2026", dispatcher="hybridep",
+            dispatcher_sms=32, cuda_graphs="partial", optimizer_state_bytes_per_param=8.0,
+            grad_reduce_dtype_bytes=2),
+    replace(_MBRIDGE_26_02, name="mbridge-skill-2026"),
+    # DeepSeek's own H800 run (DeepSeek-V3 report §3): DualPipe (counted as A2A overlap),
+    # DeepEP-style kernels on 20 SMs, FP8 blockwise, BF16 moments, recompute of RMSNorm and
+    # MLA up-projections; ZeRO-1 data parallelism.
+    replace(_MEGATRON_DEFAULTS, name="deepseek-2024", precision="fp8-blockwise",
+            dispatcher="deepep", dispatcher_sms=20, a2a_overlap=True,
+            recompute_modules=("mla_up_proj", "layernorm"), optimizer_state_bytes_per_param=8.0,
+            grad_reduce_dtype_bytes=4),
+    # NeMo 2.0 tables (Llama, Mixtral): Megatron defaults, flags per row.
+    *(replace(_MEGATRON_DEFAULTS, name=name) for name in (
+        "megatron-lm-2024", "nemo-24.07", "nemo-25.02", "nemo-25.04", "nemo-25.07")),
+    # Meta's Llama 3 (FSDP-style sharding per row), TorchTitan (FSDP2 + Float8) and NeMo
+    # AutoModel (FSDP2 + DeepEP): eager PyTorch, FP32 gradient reduction.
+    replace(_MEGATRON_DEFAULTS, name="llama3-2024"),
+    replace(_MEGATRON_DEFAULTS, name="torchtitan-2025"),
+    replace(_MEGATRON_DEFAULTS, name="automodel-2026", dispatcher="deepep", dispatcher_sms=24),
+)
+
+RECIPES: dict[str, Recipe] = {r.name: r for r in _RELEASES}
 
 
 def recipe(name: str) -> Recipe:
