@@ -1,18 +1,27 @@
 """Model FLOPs exactly as Megatron counts them, and the forward FLOPs of each block.
 
 Owns Megatron-LM's `num_floating_point_operations` (megatron/training/training.py; Megatron
-Bridge's flop_utils.py is identical for MLA; research/deepseek-v3-and-flops.md §2.1) for
-fixed-length (BSHD) batches, and the per-token forward FLOPs of every block a task graph needs.
-The one formula, per token, forward + backward (x3: fwd, dgrad, wgrad; 2 FLOPs per MAC):
+Bridge's flop_utils.py is identical for MLA and adds sliding windows for GQA;
+research/deepseek-v3-and-flops.md §2.1) for fixed-length (BSHD) batches, and the per-token
+forward FLOPs of every block a task graph needs. The one formula, per token, forward + backward
+(x3: fwd, dgrad, wgrad; 2 FLOPs per MAC):
 
-    3 · [ N_dense·mlp + N_moe·(k·expert + shared) + L_tot·(attn_linear + core_attn(s))
+    3 · [ N_dense·mlp + N_moe·(k·expert + shared) + L_tot·attn_linear + Σ_layers core_attn(s)
           + D·mtp_proj + (1 + D)·logits(V_padded(tp)) ]
 
 with D MTP layers counted as extra layers of the last layer's type (N_moe or N_dense += D,
-L_tot = L + D), core attention halved for the causal mask, and the vocab padded for `tp`. That
-padding is the only way the parallel plan enters: model FLOPs do not depend on pp, ep, cp, dp.
+L_tot = L + D) and the vocab padded for `tp`. That padding is the only way the parallel plan
+enters: model FLOPs do not depend on pp, ep, cp, dp. Core attention costs 2 FLOPs per MAC of
+QK^T and P·V over the keys a query sees on average: s/2 for causal attention (Megatron's
+halving), and on a sliding-window layer of w keys (the query itself included)
+
+    (1/s) · Σ_{i=1..s} min(i, w) = [w(w+1)/2 + (s − w)·w] / s = w − w(w−1)/(2s)     (w < s),
+
+else s/2 (Megatron-Bridge flop_utils: "exact average causal SWA context"; its GPT-OSS bridge
+passes TE window_size = (sliding_window − 1, 0), so w = HF's sliding_window).
 Not counted (executed, but not credited): router, permutation, activation and norm kernels
-outside MLA's q/kv norms, recompute, capacity padding, flash-attention backward recompute.
+outside MLA's q/kv norms, biases, attention sinks, recompute, capacity padding,
+flash-attention backward recompute.
 """
 
 from workloads.models import ModelSpec
@@ -24,40 +33,69 @@ FWD_BWD_FACTOR = 3
 def attention_linear_fwd_flops(model: ModelSpec) -> float:
     """Attention projections of one layer, per token. MLA: 2·(Q + KV + h·d_r + n·d_v·h), the
     q/kv norm "+1" terms included; GQA: 2·(h·(q + 2·kv) + q·h). Equals 2 x the layer's
-    attention parameters in both cases."""
-    return 2.0 * model.attention_params_per_layer
+    attention GEMM weights in both cases."""
+    return 2.0 * model.attention_weights_per_layer
 
 
-def core_attention_fwd_flops(model: ModelSpec, seq_len: int) -> float:
-    """Scores QK^T and context P·V of one layer, per token, causal (half the score matrix)."""
+def causal_keys_per_query(seq_len: int, window: int | None = None) -> float:
+    """Keys a query attends to, averaged over a causal sequence of `seq_len`, as Megatron
+    counts them: s/2 with full attention, w − w(w−1)/(2s) with a window of w < s keys."""
     if seq_len < 1:
         raise ValueError(f"seq_len={seq_len}: must be >= 1")
+    if window is None or window >= seq_len:
+        return seq_len / 2
+    return window - window * (window - 1) / (2 * seq_len)
+
+
+def _core_attention_flops(model: ModelSpec, keys_per_query: float) -> float:
+    """QK^T plus P·V of one layer, per token, over `keys_per_query` keys."""
     n = model.num_attention_heads
     if model.attention == "mla":
-        per_key = n * (model.qk_head_dim + model.qk_pos_emb_head_dim) / 2 + n * model.v_head_dim / 2
+        width = n * (model.qk_head_dim + model.qk_pos_emb_head_dim) + n * model.v_head_dim
     else:
-        per_key = n * model.head_dim / 2 * 2
-    return 2.0 * seq_len * per_key
+        width = 2 * n * model.head_dim
+    return 2.0 * keys_per_query * width
+
+
+def _core_attention_all_layers(model: ModelSpec, seq_len: int) -> float:
+    """Core attention of all L + D attention layers, per token."""
+    full = _core_attention_flops(model, causal_keys_per_query(seq_len))
+    windows = model.num_window_layers
+    total = (model.num_layers + model.mtp_layers - windows) * full
+    if windows:
+        keys = causal_keys_per_query(seq_len, model.sliding_window)
+        total += windows * _core_attention_flops(model, keys)
+    return total
+
+
+def core_attention_fwd_flops(model: ModelSpec, seq_len: int, layer: int | None = None) -> float:
+    """Scores QK^T and context P·V of attention layer `layer` (MTP layers from num_layers on),
+    per token, causal; `layer` None gives the mean over the L + D attention layers, which is
+    every layer's value unless some layers have a sliding window."""
+    if layer is None:
+        return _core_attention_all_layers(model, seq_len) / (model.num_layers + model.mtp_layers)
+    window = model.sliding_window if model.is_window_layer(layer) else None
+    return _core_attention_flops(model, causal_keys_per_query(seq_len, window))
 
 
 def dense_mlp_fwd_flops(model: ModelSpec) -> float:
     """Dense FFN of one layer, per token."""
-    return 2.0 * model.dense_mlp_params
+    return 2.0 * model.mlp_weights(model.ffn_hidden_size)
 
 
 def expert_fwd_flops(model: ModelSpec) -> float:
     """ONE token through ONE routed expert (a token visits moe_router_topk of them)."""
-    return 2.0 * model.expert_params
+    return 2.0 * model.mlp_weights(model.moe_ffn_hidden_size)
 
 
 def shared_expert_fwd_flops(model: ModelSpec) -> float:
     """Shared expert of one MoE layer, per token (0 without a shared expert)."""
-    return 2.0 * model.shared_expert_params
+    return 2.0 * model.mlp_weights(model.moe_shared_expert_intermediate_size)
 
 
 def router_fwd_flops(model: ModelSpec) -> float:
     """Router GEMM h -> E, per token. Executed, but NOT part of Megatron's model FLOPs."""
-    return 2.0 * model.router_params
+    return 2.0 * model.hidden_size * model.num_experts
 
 
 def logits_fwd_flops(model: ModelSpec, tp: int = 1) -> float:
@@ -78,8 +116,8 @@ def model_flops_per_token(model: ModelSpec, seq_len: int, tp: int = 1) -> float:
     moe_block = model.moe_router_topk * expert_fwd_flops(model) + shared_expert_fwd_flops(model)
     forward = (dense_layers * dense_mlp_fwd_flops(model)
                + moe_layers * moe_block
-               + (model.num_layers + mtp) * (attention_linear_fwd_flops(model)
-                                             + core_attention_fwd_flops(model, seq_len))
+               + (model.num_layers + mtp) * attention_linear_fwd_flops(model)
+               + _core_attention_all_layers(model, seq_len)
                + mtp * mtp_proj_fwd_flops(model)
                + (1 + mtp) * logits_fwd_flops(model, tp))
     return FWD_BWD_FACTOR * forward

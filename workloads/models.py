@@ -1,18 +1,23 @@
-"""Model architecture specs (dense or MoE, GQA or MLA, with MTP) and their parameter counts.
+"""Model architecture specs (dense or MoE, GQA or MLA, sliding windows, MTP) and parameter counts.
 
-Owns `ModelSpec`, the catalog `MODELS` and `model_spec(name)`. Field names follow Megatron-LM's
-arguments so a Megatron config maps one to one. The one formula: a transformer layer holds its
-attention block, two RMSNorms (2h) and either a dense FFN or an MoE block,
+Owns `ModelSpec`, the catalog `MODELS` (built from workloads.model_catalog) and
+`model_spec(name)`. Field names follow Megatron-LM's arguments so a Megatron config maps one to
+one. The one formula: a transformer layer holds its attention block, two RMSNorms (2h) and
+either a dense FFN or an MoE block,
 
     params(layer) = attention + 2h + (f·h·F                 dense
                                       E·f·h·F_e + f·h·F_s + E·h     MoE: experts + shared + router)
 
-with f = 3 for SwiGLU (gate, up, down) and 2 otherwise. MTP layers are extra layers of the last
-layer's type plus their eh_proj and norms; the embedding and output head are shared with MTP, so
-they are counted once (the HF checkpoint stores MTP copies of both: 671B + 14B = 685B).
+with f = 3 for SwiGLU (gate, up, down) and 2 otherwise. The GEMM weights alone are what model
+FLOPs count; biases (`linear_bias`), attention sinks and per-head q/k norms are parameters only.
+MTP layers are extra layers of the last layer's type plus their eh_proj and norms; the embedding
+and output head are shared with MTP, so they are counted once (the HF checkpoint stores MTP
+copies of both: 671B + 14B = 685B).
 """
 
 from dataclasses import dataclass, replace
+
+from workloads.model_catalog import CATALOG
 
 ATTENTION_KINDS = ("mla", "gqa")
 
@@ -24,6 +29,11 @@ class ModelSpec:
     GQA: `num_query_groups` None = one group per head (MHA); `kv_channels` None =
     hidden_size // num_attention_heads (Megatron's defaults). MLA uses the q/kv LoRA ranks and
     the head dims. `moe_layer_freq` is a 0/1 flag per layer; empty means every layer is dense.
+    `sliding_window` (GQA only, as Megatron counts it) is the keys a query attends to on a
+    window layer, itself included (HF's sliding_window); `window_layer_pattern` flags those
+    layers (1 = window), empty meaning all; MTP layers attend to the full sequence.
+    `attention_sinks` adds one learned logit per head; `linear_bias` a bias to every linear
+    (and the router); `qk_layernorm` per-head q and k RMSNorms (GQA).
     """
 
     name: str
@@ -47,6 +57,11 @@ class ModelSpec:
     moe_router_topk: int = 0
     moe_shared_expert_intermediate_size: int = 0
     moe_layer_freq: tuple[int, ...] = ()
+    sliding_window: int | None = None
+    window_layer_pattern: tuple[int, ...] = ()
+    attention_sinks: bool = False
+    linear_bias: bool = False
+    qk_layernorm: bool = False
     mtp_layers: int = 0
     tie_embeddings: bool = False
 
@@ -65,12 +80,29 @@ class ModelSpec:
         else:
             _validate_gqa(self)
         _validate_moe(self)
+        _validate_window(self)
 
     def is_moe_layer(self, layer: int) -> bool:
         """Whether decoder layer `layer` (0-based) has an MoE block instead of a dense FFN."""
         if not 0 <= layer < self.num_layers:
             raise ValueError(f"layer={layer}: must be in [0, {self.num_layers})")
         return bool(self.moe_layer_freq) and self.moe_layer_freq[layer] == 1
+
+    def is_window_layer(self, layer: int) -> bool:
+        """Whether attention layer `layer` uses the sliding window; layers num_layers and up
+        are the MTP layers, which attend to the full sequence."""
+        if not 0 <= layer < self.num_layers + self.mtp_layers:
+            raise ValueError(f"layer={layer}: must be in [0, {self.num_layers + self.mtp_layers})")
+        if self.sliding_window is None or layer >= self.num_layers:
+            return False
+        return not self.window_layer_pattern or self.window_layer_pattern[layer] == 1
+
+    @property
+    def num_window_layers(self) -> int:
+        """Attention layers with the sliding window (MTP layers never have it)."""
+        if self.sliding_window is None:
+            return 0
+        return sum(self.window_layer_pattern) if self.window_layer_pattern else self.num_layers
 
     @property
     def is_moe(self) -> bool:
@@ -107,9 +139,14 @@ class ModelSpec:
         """Weight matrices per FFN: 3 with SwiGLU (gate, up, down), 2 without."""
         return 3 if self.swiglu else 2
 
+    def mlp_weights(self, ffn_hidden_size: int) -> int:
+        """GEMM weights of one FFN (dense, expert or shared) of width `ffn_hidden_size`."""
+        return self.ffn_matrices * self.hidden_size * ffn_hidden_size
+
     @property
-    def attention_params_per_layer(self) -> int:
-        """Attention linears of one layer, MLA's q/kv RMSNorms included (no biases)."""
+    def attention_weights_per_layer(self) -> int:
+        """Attention GEMM weights of one layer as Megatron's FLOPs count them; MLA's q/kv
+        RMSNorms included (its "+1" terms)."""
         h, n = self.hidden_size, self.num_attention_heads
         if self.attention == "gqa":
             query = n * self.head_dim
@@ -117,6 +154,17 @@ class ModelSpec:
             return h * (query + 2 * kv) + query * h
         kv = self.kv_lora_rank * (h + n * (self.qk_head_dim + self.v_head_dim) + 1)
         return self._q_params + kv + h * self.qk_pos_emb_head_dim + n * self.v_head_dim * h
+
+    @property
+    def attention_params_per_layer(self) -> int:
+        """Attention weights plus biases, sinks and q/k norms, where the model has them."""
+        extra = self.num_attention_heads if self.attention_sinks else 0
+        if self.linear_bias:
+            extra += (self.num_attention_heads + 2 * self.query_groups) * self.head_dim
+            extra += self.hidden_size
+        if self.qk_layernorm:
+            extra += 2 * self.head_dim
+        return self.attention_weights_per_layer + extra
 
     @property
     def _q_params(self) -> int:
@@ -137,23 +185,32 @@ class ModelSpec:
         """GQA key/value heads."""
         return self.num_query_groups or self.num_attention_heads
 
+    def _mlp_params(self, ffn_hidden_size: int) -> int:
+        """One FFN's weights plus, with linear_bias, its fc1 and fc2 biases."""
+        bias = (self.ffn_matrices - 1) * ffn_hidden_size + self.hidden_size
+        return self.mlp_weights(ffn_hidden_size) + (bias if self.linear_bias else 0)
+
     @property
     def dense_mlp_params(self) -> int:
-        return self.ffn_matrices * self.hidden_size * self.ffn_hidden_size
+        return self._mlp_params(self.ffn_hidden_size)
 
     @property
     def expert_params(self) -> int:
         """One routed expert."""
-        return self.ffn_matrices * self.hidden_size * self.moe_ffn_hidden_size
+        return self._mlp_params(self.moe_ffn_hidden_size)
 
     @property
     def shared_expert_params(self) -> int:
-        return self.ffn_matrices * self.hidden_size * self.moe_shared_expert_intermediate_size
+        if not self.moe_shared_expert_intermediate_size:
+            return 0
+        return self._mlp_params(self.moe_shared_expert_intermediate_size)
 
     @property
     def router_params(self) -> int:
-        """Router weight h x E (the aux-loss-free expert bias is a buffer, not counted)."""
-        return self.hidden_size * self.num_experts
+        """Router weight h x E (+ E with linear_bias; DSv3's aux-loss-free expert bias is a
+        buffer, not counted)."""
+        bias = 1 if self.linear_bias else 0
+        return (self.hidden_size + bias) * self.num_experts
 
     @property
     def embedding_params(self) -> int:
@@ -208,6 +265,10 @@ def _validate_mla(spec: ModelSpec) -> None:
             raise ValueError(f"{field}={getattr(spec, field)}: must be >= 1 for attention='mla'")
     if spec.q_lora_rank is not None and spec.q_lora_rank < 1:
         raise ValueError(f"q_lora_rank={spec.q_lora_rank}: must be None or >= 1")
+    for field in ("linear_bias", "qk_layernorm"):
+        if getattr(spec, field):
+            raise ValueError(f"{field}=True: only with attention='gqa' (MLA's q/kv norms are "
+                             f"part of its LoRA ranks)")
 
 
 def _validate_gqa(spec: ModelSpec) -> None:
@@ -220,13 +281,16 @@ def _validate_gqa(spec: ModelSpec) -> None:
                          f"num_attention_heads={spec.num_attention_heads}")
 
 
+def _validate_layer_flags(field: str, flags: tuple[int, ...], num_layers: int) -> None:
+    if any(flag not in (0, 1) for flag in flags):
+        raise ValueError(f"{field}={flags}: every entry must be 0 or 1")
+    if flags and len(flags) != num_layers:
+        raise ValueError(f"{field}: length {len(flags)} must equal num_layers={num_layers}")
+
+
 def _validate_moe(spec: ModelSpec) -> None:
     freq = spec.moe_layer_freq
-    if any(flag not in (0, 1) for flag in freq):
-        raise ValueError(f"moe_layer_freq={freq}: every entry must be 0 or 1")
-    if freq and len(freq) != spec.num_layers:
-        raise ValueError(f"moe_layer_freq: length {len(freq)} must equal "
-                         f"num_layers={spec.num_layers}")
+    _validate_layer_flags("moe_layer_freq", freq, spec.num_layers)
     if spec.num_experts == 0:
         if any(freq):
             raise ValueError(f"moe_layer_freq={freq}: a dense model (num_experts=0) has no "
@@ -242,3 +306,25 @@ def _validate_moe(spec: ModelSpec) -> None:
                          f"[1, num_experts={spec.num_experts}]")
 
 
+def _validate_window(spec: ModelSpec) -> None:
+    window, pattern = spec.sliding_window, spec.window_layer_pattern
+    if window is None:
+        if pattern:
+            raise ValueError(f"window_layer_pattern={pattern}: needs a sliding_window")
+        return
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"sliding_window={window!r}: must be None or an integer >= 1")
+    if spec.attention != "gqa":
+        raise ValueError(f"sliding_window={window}: only attention='gqa' (Megatron's FLOPs "
+                         f"count no window for MLA)")
+    _validate_layer_flags("window_layer_pattern", pattern, spec.num_layers)
+
+
+MODELS: dict[str, ModelSpec] = {entry["name"]: ModelSpec(**entry) for entry in CATALOG}
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The catalog model called `name`."""
+    if name not in MODELS:
+        raise ValueError(f"model={name!r}: unknown model; known: {', '.join(sorted(MODELS))}")
+    return MODELS[name]
