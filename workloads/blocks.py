@@ -95,8 +95,10 @@ def _mla_up_proj_flops(model: ModelSpec) -> float:
     return 2.0 * (q_up + kv_up)
 
 
-def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str, BlockWork]:
-    """Norms (with residuals and quantisation), attention projections, core attention."""
+def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
+                     layer: int | None = None) -> dict[str, BlockWork]:
+    """Norms (with residuals and quantisation), attention projections, core attention of
+    attention layer `layer` (its sliding window, if any; None = the mean layer)."""
     tokens, h = tokens_per_gpu(plan), model.hidden_size
     modules = set(recipe.recompute_modules)
     full = "full" in modules
@@ -107,7 +109,8 @@ def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> di
         up = _gemm("attn_proj", tokens * _mla_up_proj_flops(model), 0.0, recipe.precision,
                    recipe)
         proj = BlockWork(forward=proj.forward, backward=proj.backward, recompute=up.forward)
-    core = _gemm("core_attn", tokens * flops.core_attention_fwd_flops(model, plan.seq_len), 0.0,
+    core = _gemm("core_attn", tokens * flops.core_attention_fwd_flops(model, plan.seq_len, layer),
+                 0.0,
                  "fp8" if recipe.fp8_attention else "bf16", recipe, KernelClass.ATTENTION,
                  BACKWARD_ATTENTION_FACTOR)
     return {"norms": _with_recompute(norms, full or "layernorm" in modules),

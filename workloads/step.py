@@ -61,7 +61,7 @@ class _Step:
         self.folded = folded
         self.stages = pipeline_layout(self.plan, self.model)
         self.g = GraphBuilder()
-        self.attn = blk.attention_blocks(self.model, self.plan, self.recipe)
+        self._attn: dict[bool, dict[str, blk.BlockWork]] = {}
         self.moe = blk.moe_blocks(self.model, self.plan, self.recipe) if self.model.is_moe else {}
         self.mlp = blk.dense_mlp_block(self.model, self.plan, self.recipe)
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
@@ -224,8 +224,7 @@ class _Step:
             return self._compute(rank, unit, f"{name}.loss", self.heads["loss"], (tail,))
         if symbol == "m":
             return self._mtp(rank, unit, name, after)
-        moe = self.model.is_moe_layer(min(layer, self.model.num_layers - 1))
-        return self._layer(rank, unit, name, moe, after)
+        return self._layer(rank, unit, name, self.model.is_moe_layer(layer), layer, after)
 
     def _mtp(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
         forward = unit.phase == "F"
@@ -233,24 +232,35 @@ class _Step:
         last = after
         for label, block in (steps if forward else steps[::-1]):
             if block is None:
-                last = (self._layer(rank, unit, f"{name}.{label}", self.model.mtp_is_moe, last),)
+                last = (self._layer(rank, unit, f"{name}.{label}", self.model.mtp_is_moe,
+                                    self.model.num_layers, last),)
             else:
                 last = (self._compute(rank, unit, f"{name}.{label}", self.heads[block], last),)
         return last[0]
 
-    def _layer(self, rank: int, unit: Unit, name: str, moe: bool, after: tuple[str, ...]) -> str:
+    def _layer(self, rank: int, unit: Unit, name: str, moe: bool, layer: int,
+               after: tuple[str, ...]) -> str:
         ffn = self._moe if moe else self._dense
         if unit.phase == "F":
-            return ffn(rank, unit, name, (self._attention(rank, unit, name, after),))
-        return self._attention(rank, unit, name, (ffn(rank, unit, name, after),))
+            return ffn(rank, unit, name, (self._attention(rank, unit, name, layer, after),))
+        return self._attention(rank, unit, name, layer, (ffn(rank, unit, name, after),))
 
-    def _attention(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+    def _attention_blocks(self, layer: int) -> dict[str, blk.BlockWork]:
+        """The attention blocks of `layer`; sliding-window layers cost less than full ones."""
+        window = self.model.is_window_layer(layer)
+        if window not in self._attn:
+            self._attn[window] = blk.attention_blocks(self.model, self.plan, self.recipe, layer)
+        return self._attn[window]
+
+    def _attention(self, rank: int, unit: Unit, name: str, layer: int,
+                   after: tuple[str, ...]) -> str:
         order = ATTENTION_BLOCKS if unit.phase == "F" else ATTENTION_BLOCKS[::-1]
         last = after
         for block in order:
             if block == "attn_proj" and unit.phase == "F":
                 last = self._tp(rank, unit, f"{name}.attn.ag", Op.ALL_GATHER, last)
-            last = (self._compute(rank, unit, f"{name}.{block}", self.attn[block], last),)
+            work = self._attention_blocks(layer)[block]
+            last = (self._compute(rank, unit, f"{name}.{block}", work, last),)
             if block == "attn_proj" and unit.phase == "B":
                 last = self._tp(rank, unit, f"{name}.attn.rs", Op.REDUCE_SCATTER, last)
         return last[0]
