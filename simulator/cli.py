@@ -33,6 +33,7 @@ from reports.validation_table import format_validation
 from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
                                summarise, summary_rows)
 from simulator.overrides import apply_setting
+from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document, trace_rows
 from simulator.scenario import Scenario, default_scenario, run_scenario
 from simulator.validation import read_measurements, summarize, validate_rows
@@ -63,6 +64,8 @@ def _run_parser(commands: argparse._SubParsersAction) -> None:
                      help="any recipe, system, plan or calibration field (repeatable)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
+    run.add_argument("--auto-plan", action="store_true",
+                     help="pick the smallest plan that fits (other plan flags still apply)")
     run.add_argument("--unfolded", action="store_true",
                      help="simulate every GPU instead of one per pipeline stage")
 
@@ -114,12 +117,23 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
         scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
     changes = {field: getattr(args, flag) for flag, field in PLAN_FLAGS.items()
                if getattr(args, flag) is not None}
-    if changes or args.model or args.mtp is not None:
+    if changes or args.model or args.mtp is not None or args.auto_plan:
         changes["layout"] = None
+    if args.auto_plan:
+        scenario = _auto_plan(scenario, args)
     scenario = replace(scenario, plan=replace(scenario.plan, **changes))
     for setting in args.set:
         scenario = apply_setting(scenario, setting)
     return scenario
+
+
+def _auto_plan(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """The smallest plan that fits (simulator.planner) for the chosen model and system."""
+    recipe_ = recipe_for(scenario.system, scenario.recipe)
+    plan = sensible_plan(scenario.model, scenario.system, recipe_,
+                         seq_len=args.seq or scenario.plan.seq_len,
+                         domain_size=scenario.domain_size, num_gpus=args.gpus)
+    return replace(scenario, plan=plan, recipe=recipe_)
 
 
 def _run(args: argparse.Namespace) -> int:

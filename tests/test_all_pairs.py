@@ -1,0 +1,44 @@
+"""Every catalog model runs on every catalog system at a sensible plan (simulator.planner)."""
+
+import pytest
+
+from simulator.cli import default_domain_size, main
+from simulator.planner import recipe_for, sensible_plan
+from simulator.scenario import Scenario, run_scenario
+from topologies.hardware import gpu_spec
+from topologies.systems import SYSTEM_NAMES, load_system
+from workloads.models import MODELS
+from workloads.recipes import recipe
+
+
+@pytest.mark.parametrize("system_name", SYSTEM_NAMES)
+@pytest.mark.parametrize("model_name", sorted(MODELS))
+def test_model_runs_on_system(model_name, system_name):
+    system, model = load_system(system_name), MODELS[model_name]
+    recipe_ = recipe_for(system, recipe("mbridge-26.06"))
+    domain = default_domain_size(system)
+    plan = sensible_plan(model, system, recipe_, domain_size=domain)
+    result = run_scenario(Scenario(system=system, model=model, plan=plan, recipe=recipe_,
+                                   domain_size=domain))
+    metrics = result.metrics
+    assert metrics.step_time_s > 0 and 0 < metrics.mfu < 1
+    assert result.memory.total_bytes <= gpu_spec(system.gpu).hbm_capacity_bytes
+    assert sum(metrics.breakdown_s.values()) == pytest.approx(metrics.step_time_s, rel=1e-6)
+
+
+def test_hopper_runs_fp8_with_per_tensor_scaling():
+    assert recipe_for(load_system("dgx-h100"), recipe("mbridge-26.06")).precision == "fp8-cs"
+    assert recipe_for(load_system("gb300-nvl72"), recipe("mbridge-26.06")).precision == "mxfp8"
+
+
+def test_auto_plan_flag_picks_a_plan_that_fits(capsys):
+    assert main(["run", "--model", "llama3-70b", "--system", "dgx-h100", "--auto-plan",
+                 "--json"]) == 0
+    assert '"model": "llama3-70b"' in capsys.readouterr().out
+
+
+def test_no_plan_fits_gets_one_line_error(capsys):
+    assert main(["run", "--model", "kimi-k2", "--system", "dgx-h100", "--auto-plan",
+                 "--gpus", "8"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "no plan" in err
