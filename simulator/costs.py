@@ -26,21 +26,23 @@ def peak_key(precision: str) -> str:
     return PEAK_KEY[precision]
 
 
-def _efficiency(work: Work, params: CostParams) -> float:
+def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
+    """The efficiency of the work's kernel class, most specific key first:
+    "<architecture>-<precision>", then "<precision>", then "bf16"."""
     table = {KernelClass.GEMM: params.gemm_efficiency,
              KernelClass.GROUPED_GEMM: params.grouped_gemm_efficiency,
              KernelClass.ATTENTION: params.attention_efficiency}.get(work.kernel_class)
     if table is None:
         return 1.0
     key = peak_key(work.precision)
-    return table.get(key, table["bf16"])
+    return table.get(f"{gpu.architecture}-{key}", table.get(key, table["bf16"]))
 
 
 def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     """Seconds the GPU is busy with `work` at full SM availability."""
     math_s = 0.0
     if work.flops > 0:
-        math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, params))
+        math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, gpu, params))
     memory_s = work.hbm_bytes / (gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency)
     gap_s = params.graphed_kernel_gap_s if work.graphed else params.kernel_gap_s
     return max(math_s, memory_s) + work.kernels * gap_s

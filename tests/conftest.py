@@ -33,7 +33,7 @@ GBYTE = 1e9
 @pytest.fixture
 def toy_gpu() -> GPUSpec:
     """1 TFLOP/s BF16, 8 SMs: a task of F FLOPs takes F / 1e12 seconds."""
-    return GPUSpec(name="toy", sm_count=TOY_SM_COUNT,
+    return GPUSpec(name="toy", architecture="hopper", sm_count=TOY_SM_COUNT,
                    peak_flops_per_s={"bf16": TOY_PEAK_BF16_FLOPS_PER_S, "fp8": 2e12},
                    hbm_capacity_bytes=1e11, hbm_bandwidth_bytes_per_s=1e12,
                    nvlink_generation=5, nvlink_links=1, nvlink_bandwidth_bytes_per_s=GBYTE)

@@ -16,6 +16,8 @@ from types import MappingProxyType
 from typing import Any, TypeVar
 
 PRECISION_KEYS = ("bf16", "fp8", "nvfp4")
+# GPU generations whose kernels behave alike (the cost model keys efficiencies by them).
+ARCHITECTURES = ("hopper", "blackwell", "blackwell-ultra")
 """Peak keys: fp8 also serves MXFP8 and FP8 blockwise (same tensor-core peak); nvfp4 is optional."""
 
 SWITCH_PROTOCOLS = ("infiniband", "ethernet")
@@ -63,6 +65,7 @@ class GPUSpec:
     """One GPU: SMs, dense tensor peaks per precision, usable HBM, NVLink per direction."""
 
     name: str
+    architecture: str
     sm_count: int
     peak_flops_per_s: Mapping[str, float]
     hbm_capacity_bytes: float
@@ -74,6 +77,9 @@ class GPUSpec:
     def __post_init__(self) -> None:
         _require_name("GPUSpec", self.name)
         owner = f"gpu '{self.name}'"
+        if self.architecture not in ARCHITECTURES:
+            raise ValueError(f"{owner}: architecture={self.architecture!r}, must be one of "
+                             f"{', '.join(ARCHITECTURES)}")
         _require_count(owner, "sm_count", self.sm_count)
         _check_peaks(owner, self.peak_flops_per_s)
         # A read-only copy: the catalog cannot be changed through a spec; use dataclasses.replace.
@@ -194,6 +200,7 @@ def _hopper(name: str, hbm_bytes: float, hbm_bytes_per_s: float, links: int) -> 
     """
     return GPUSpec(
         name=name,
+        architecture="hopper",
         sm_count=132,
         peak_flops_per_s={"bf16": 989.4 * TFLOPS, "fp8": 1978.9 * TFLOPS},
         hbm_capacity_bytes=hbm_bytes,
@@ -205,7 +212,8 @@ def _hopper(name: str, hbm_bytes: float, hbm_bytes_per_s: float, links: int) -> 
 
 
 def _blackwell(
-    name: str, sms: int, peaks_pflops: tuple[float, float, float], hbm_gb: float
+    name: str, sms: int, peaks_pflops: tuple[float, float, float], hbm_gb: float,
+    architecture: str = "blackwell",
 ) -> GPUSpec:
     """Blackwell / Blackwell Ultra: NVLink5, 18 links x 50 GB/s per direction = 900 GB/s.
 
@@ -217,6 +225,7 @@ def _blackwell(
     bf16, fp8, nvfp4 = peaks_pflops
     return GPUSpec(
         name=name,
+        architecture=architecture,
         sm_count=sms,
         peak_flops_per_s={"bf16": bf16 * PFLOPS, "fp8": fp8 * PFLOPS, "nvfp4": nvfp4 * PFLOPS},
         hbm_capacity_bytes=hbm_gb * GB,
@@ -233,7 +242,7 @@ GPUS: dict[str, GPUSpec] = {
     "gb200": _blackwell("gb200", 148, (2.5, 5.0, 10.0), 186),
     # GB300 in NVL72 (1,400 W): 2.5/5/15 PF dense (verda.com GB300 blog rack totals 180 PF BF16,
     # 360 PF FP8; NVIDIA MLPerf v5.1 blog 15 PF NVFP4); 279 GB usable of 288 (same blog).
-    "gb300": _blackwell("gb300", 160, (2.5, 5.0, 15.0), 279),
+    "gb300": _blackwell("gb300", 160, (2.5, 5.0, 15.0), 279, "blackwell-ultra"),
     # H100 SXM5: 80 GB HBM3, 3.35 TB/s, 18 NVLink4 links (NVIDIA H100 datasheet via glennklockwood).
     "h100": _hopper("h100", 80 * GB, 3.35 * TB, 18),
     # H800 SXM5: H100 with NVLink cut to 400 GB/s bidirectional = 8 links x 25 GB/s per direction
@@ -247,7 +256,7 @@ GPUS: dict[str, GPUSpec] = {
     "b200": _blackwell("b200", 148, (2.25, 4.5, 9.0), 180),
     # B300 HGX: 2.25/4.5 PF dense BF16/FP8; dense FP4 is quoted at 13.1-15 PF depending on board
     # power; we take 14 PF (glennklockwood.com/garden/processors/B300). ~270 GB usable of 288.
-    "b300": _blackwell("b300", 160, (2.25, 4.5, 14.0), 270),
+    "b300": _blackwell("b300", 160, (2.25, 4.5, 14.0), 270, "blackwell-ultra"),
 }
 
 NICS: dict[str, NICSpec] = {
