@@ -10,8 +10,13 @@ one kernel. `moesim calibrate` (a later issue) refits them and writes the same f
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Mapping
+
+
+MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
+                  "comm_efficiency", "collective_overhead_s")
 
 
 def _frozen(mapping: dict[str, float]) -> Mapping[str, float]:
@@ -60,6 +65,8 @@ class CostParams:
     }))
 
     def __post_init__(self) -> None:
+        for name in MAPPING_FIELDS:
+            object.__setattr__(self, name, _frozen(dict(getattr(self, name))))
         for name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
                      "comm_efficiency"):
             for key, value in getattr(self, name).items():
@@ -70,6 +77,12 @@ class CostParams:
         for name in ("host_launch_s", "kernel_gap_s", "graphed_kernel_gap_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 0")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickle through the constructor (a mappingproxy does not pickle): for --jobs."""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        return (partial(CostParams, **{k: dict(v) if k in MAPPING_FIELDS else v
+                                       for k, v in values.items()}), ())
 
     def comm(self, algorithm: str, fabric: str) -> float:
         """Efficiency of `algorithm` over `fabric` ("nvlink" or "network")."""

@@ -30,6 +30,10 @@ def test_errors_are_taken_on_tokens_where_measured_else_on_tflops(results):
     assert failed.status == "failed" and "x999" in failed.reason
 
 
+def test_parallel_jobs_give_the_same_results(results):
+    assert validate_rows(read_measurements(FIXTURE), jobs=2) == results
+
+
 def test_summary_counts_failures_and_groups(results):
     summary = summarize(results)
     assert (summary["n"], summary["n_failed"]) == (3, 1)
