@@ -80,9 +80,9 @@ class CostParams:
 
     def __reduce__(self) -> tuple[Any, ...]:
         """Pickle through the constructor (a mappingproxy does not pickle): for --jobs."""
-        values = {f.name: getattr(self, f.name) for f in fields(self)}
-        return (partial(CostParams, **{k: dict(v) if k in MAPPING_FIELDS else v
-                                       for k, v in values.items()}), ())
+        values: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update({name: dict(values[name]) for name in MAPPING_FIELDS})
+        return (partial(CostParams, **values), ())
 
     def comm(self, algorithm: str, fabric: str) -> float:
         """Efficiency of `algorithm` over `fabric` ("nvlink" or "network")."""
