@@ -101,6 +101,19 @@ SCALAR_FIELDS = tuple(f.name for f in fields(CostParams)
                       if isinstance(getattr(DEFAULT_PARAMS, f.name), float))
 
 
+def params_value(params: CostParams, key: str) -> float:
+    """The value of a scalar field, or of `field.key` inside a mapping field (falling back
+    as the cost model does: "<arch>-<precision>" to "<precision>")."""
+    name, _, entry = key.partition(".")
+    current = getattr(params, name)
+    if not entry:
+        return float(current)
+    if entry in current:
+        return float(current[entry])
+    fallback = entry.rsplit("-", 1)[-1]
+    return float(current.get(fallback, current.get("bf16", 0.0)))
+
+
 def params_with(params: CostParams, key: str, value: float) -> CostParams:
     """Set one parameter: a scalar field, or `field.key` inside a mapping field."""
     name, _, entry = key.partition(".")

@@ -1,0 +1,48 @@
+"""Calibration recovers known parameters from measurements that moesim itself generated."""
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from simulator.calibration import DEFAULT_PARAMS, params_value, params_with
+from simulator.fitting import FitParameter, fit
+from simulator.validation import read_measurements, validate_rows
+
+FIXTURE = Path(__file__).parent / "data" / "validate_three.csv"
+TRUE = {"gemm_efficiency.hopper-bf16": 0.55, "gemm_efficiency.hopper-fp8": 0.45}
+
+
+def _synthetic_rows(tmp_path: Path) -> list[dict]:
+    """Rows of the fixture's plans whose 'measured' throughput is moesim's own at TRUE."""
+    rows = read_measurements(FIXTURE)[:2]
+    variants = [dict(rows[0]), dict(rows[0], precision="fp8-cs", name="fp8"),
+                dict(rows[1]), dict(rows[1], precision="bf16", name="bf16-tp2")]
+    truth = DEFAULT_PARAMS
+    for key, value in TRUE.items():
+        truth = params_with(truth, key, value)
+    for row, result in zip(variants, validate_rows(variants, truth)):
+        row["measured_tokens_per_s_per_gpu"] = str(result.predicted_tokens_per_s_per_gpu)
+        row["measured_tflops_per_gpu"] = ""
+    path = tmp_path / "synthetic.csv"
+    with path.open("w", newline="") as stream:
+        writer = csv.DictWriter(stream, fieldnames=list(variants[0]))
+        writer.writeheader()
+        writer.writerows(variants)
+    return read_measurements(path)
+
+
+def test_fit_recovers_known_gemm_efficiencies(tmp_path):
+    parameters = tuple(FitParameter(key=key, lower=0.2, upper=0.95, meaning="test")
+                       for key in TRUE)
+    result = fit(_synthetic_rows(tmp_path), parameters, max_evaluations=40)
+    for key, value in TRUE.items():
+        assert result.values[key] == pytest.approx(value, rel=0.01)
+        assert params_value(result.params, key) == pytest.approx(value, rel=0.01)
+    assert result.final_rms_log_error < 1e-3 < result.initial_rms_log_error
+    assert (result.rows_used, result.rows_failed) == (4, 0)
+
+
+def test_bad_bounds_are_refused():
+    with pytest.raises(ValueError, match="lower=0.9 must be < upper=0.5"):
+        FitParameter(key="host_launch_s", lower=0.9, upper=0.5, meaning="test")
