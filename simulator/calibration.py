@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
+
+import yaml
 
 
 MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
@@ -128,3 +131,25 @@ def params_with(params: CostParams, key: str, value: float) -> CostParams:
         return replace(params, **change)
     change = {name: _frozen({**current, entry: value})}
     return replace(params, **change)
+
+
+def load_calibration(path: str | Path, base: CostParams | None = None) -> CostParams:
+    """Cost parameters from a file `moesim calibrate` wrote (its `parameters` mapping of
+    key -> {value, bounds, meaning}) applied on top of `base` (the built-in defaults)."""
+    try:
+        document = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"calibration {path}: cannot read ({str(error).splitlines()[0]})") \
+            from None
+    entries = document.get("parameters") if isinstance(document, dict) else None
+    if not isinstance(entries, dict):
+        raise ValueError(f"calibration {path}: key 'parameters' must be a mapping of "
+                         "key -> {value: number}")
+    params = CostParams() if base is None else base
+    for key, entry in entries.items():
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"calibration {path}: parameters.{key}.value={value!r} must be "
+                             "a number")
+        params = params_with(params, str(key), float(value))
+    return params

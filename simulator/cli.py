@@ -24,6 +24,7 @@ from topologies.systems import SystemSpec, load_system
 from workloads.models import model_spec
 from workloads.recipes import recipe, recipe_with
 
+from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
 from reports.summary import format_summary
 from reports.tables import format_table
@@ -36,6 +37,8 @@ from simulator.overrides import apply_setting
 from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document, trace_rows
 from simulator.scenario import Scenario, default_scenario, run_scenario
+from simulator.calibration import DEFAULT_PARAMS, load_calibration
+from simulator.fitting import DEFAULT_FIT, FitParameter, calibration_document, fit
 from simulator.validation import read_measurements, summarize, validate_rows
 
 # NVIDIA's DeepSeek-V3 recipes put 64 of an NVL72 rack's 72 GPUs in one NVLink domain
@@ -64,6 +67,8 @@ def _run_parser(commands: argparse._SubParsersAction) -> None:
                      help="any recipe, system, plan or calibration field (repeatable)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
+    run.add_argument("--calibration", metavar="FILE",
+                     help="cost parameters from `moesim calibrate`")
     run.add_argument("--auto-plan", action="store_true",
                      help="pick the smallest plan that fits (other plan flags still apply)")
     run.add_argument("--unfolded", action="store_true",
@@ -98,6 +103,7 @@ def parser() -> argparse.ArgumentParser:
     _list_parser(commands)
     _show_parser(commands)
     _validate_parser(commands)
+    _calibrate_parser(commands)
     return top
 
 
@@ -122,6 +128,8 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     if args.auto_plan:
         scenario = _auto_plan(scenario, args)
     scenario = replace(scenario, plan=replace(scenario.plan, **changes))
+    if args.calibration:
+        scenario = replace(scenario, params=load_calibration(args.calibration))
     for setting in args.set:
         scenario = apply_setting(scenario, setting)
     return scenario
@@ -180,12 +188,63 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
     validate.add_argument("--plot", metavar="PNG", help="draw predicted vs measured")
     validate.add_argument("--jobs", type=int, default=1, metavar="N",
                           help="rows to run in parallel processes")
+    validate.add_argument("--calibration", metavar="FILE",
+                          help="cost parameters from `moesim calibrate`")
+
+
+def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
+    calibrate = commands.add_parser(
+        "calibrate", help="fit the global cost parameters to a measurements CSV",
+        description="Fit the global cost parameters (bounded least squares on log error) to "
+                    "every row of FILE.csv and write them with their meaning and bounds.")
+    calibrate.add_argument("csv", metavar="FILE.csv")
+    calibrate.add_argument("-o", "--output", required=True, metavar="FILE.yaml")
+    calibrate.add_argument("--jobs", type=int, default=1, metavar="N")
+    calibrate.add_argument("--max-evaluations", type=int, default=200, metavar="N")
+    calibrate.add_argument("--parameters", metavar="KEY,KEY",
+                           help="fit only these of the default parameters")
+
+
+def _fit_parameters(selection: str | None) -> tuple[FitParameter, ...]:
+    if not selection:
+        return DEFAULT_FIT
+    known = {p.key: p for p in DEFAULT_FIT}
+    keys = [key.strip() for key in selection.split(",") if key.strip()]
+    unknown = [key for key in keys if key not in known]
+    if unknown or not keys:
+        raise ValueError(f"--parameters {selection!r}: known are {', '.join(known)}")
+    return tuple(known[key] for key in keys)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    if args.jobs < 1 or args.max_evaluations < 1:
+        raise ValueError("--jobs and --max-evaluations must be >= 1")
+    parameters = _fit_parameters(args.parameters)
+    rows = read_measurements(args.csv)
+
+    def progress(evaluation: int, rms: float) -> None:
+        print(f"evaluation {evaluation}: rms log error {rms:.4f}", file=sys.stderr)
+
+    result = fit(rows, parameters, jobs=args.jobs, max_evaluations=args.max_evaluations,
+                 progress=progress)
+    document = calibration_document(result, parameters, args.csv,
+                                    "moesim " + " ".join(sys.argv[1:]) if sys.argv else "")
+    write_calibration(args.output, document)
+    print(format_table([{"parameter": key, "value": entry["value"],
+                         "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
+                         "meaning": entry["meaning"]}
+                        for key, entry in document["parameters"].items()]))
+    print(f"rms log error {result.initial_rms_log_error:.4f} -> "
+          f"{result.final_rms_log_error:.4f} over {result.rows_used} rows "
+          f"({result.rows_failed} failed); written to {args.output}")
+    return 0
 
 
 def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
-    results = validate_rows(read_measurements(args.csv), jobs=args.jobs)
+    params = load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS
+    results = validate_rows(read_measurements(args.csv), params, jobs=args.jobs)
     rows = [asdict(r) for r in results]
     summary = summarize(results)
     if args.plot:
@@ -198,7 +257,8 @@ def _validate(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"run": _run, "list": _list, "show": _show, "validate": _validate}
+COMMANDS = {"run": _run, "list": _list, "show": _show, "validate": _validate,
+            "calibrate": _calibrate}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

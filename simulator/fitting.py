@@ -9,8 +9,10 @@ finite differences, so one evaluation re-simulates every row (use `jobs` to para
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
@@ -115,3 +117,17 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
                      initial_rms_log_error=float(np.sqrt(np.mean(initial ** 2))),
                      final_rms_log_error=float(np.sqrt(np.mean(final ** 2))),
                      rows_used=len(final), rows_failed=failed, evaluations=calls[0])
+
+
+def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...],
+                         data: str | Path, command: str) -> dict[str, Any]:
+    """What the calibration file records: the command, the data and its hash, the fit."""
+    return {
+        "command": command, "data": Path(data).name,
+        "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),
+        "rows_used": result.rows_used, "rows_failed": result.rows_failed,
+        "rms_log_error": {"initial": result.initial_rms_log_error,
+                          "final": result.final_rms_log_error},
+        "parameters": {p.key: {"value": result.values[p.key], "bounds": [p.lower, p.upper],
+                               "meaning": p.meaning} for p in parameters},
+    }

@@ -46,3 +46,38 @@ def test_fit_recovers_known_gemm_efficiencies(tmp_path):
 def test_bad_bounds_are_refused():
     with pytest.raises(ValueError, match="lower=0.9 must be < upper=0.5"):
         FitParameter(key="host_launch_s", lower=0.9, upper=0.5, meaning="test")
+
+
+def test_calibrate_command_writes_a_file_that_run_and_validate_load(tmp_path, capsys):
+    from simulator.cli import main
+    from simulator.calibration import load_calibration
+
+    rows_csv = tmp_path / "rows.csv"
+    rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:3]) + "\n")
+    out = tmp_path / "calibration.yaml"
+    assert main(["calibrate", str(rows_csv), "-o", str(out), "--max-evaluations", "3",
+                 "--parameters", "gemm_efficiency.hopper-bf16,gemm_efficiency.hopper-fp8"]) == 0
+    text = out.read_text()
+    for word in ("command:", "data_sha256:", "rms_log_error:", "meaning:", "bounds:"):
+        assert word in text
+    params = load_calibration(out)
+    assert 0.3 <= params_value(params, "gemm_efficiency.hopper-bf16") <= 0.95
+    assert main(["validate", str(rows_csv), "--calibration", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["run", "--gbs", "256", "--calibration", str(out)]) == 0
+
+
+@pytest.mark.parametrize("text, words", [
+    ("parameters: 3\n", ["parameters", "mapping"]),
+    ("parameters:\n  host_launch_s: {value: fast}\n", ["host_launch_s", "fast"]),
+    ("parameters:\n  no_such: {value: 1}\n", ["no_such", "known"]),
+    (": : :\n", ["cannot read"]),
+])
+def test_bad_calibration_file_gets_one_line_error(tmp_path, capsys, text, words):
+    from simulator.cli import main
+
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    assert main(["run", "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words)
