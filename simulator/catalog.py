@@ -14,7 +14,8 @@ from typing import Any
 
 from topologies import hardware
 from topologies.builders import build_topology
-from topologies.systems import SYSTEM_NAMES, SystemSpec, load_system
+from topologies.systems import (SYSTEM_NAMES, SystemSpec, load_system, system_gpu, system_nic,
+                                system_scale_out_switch)
 from topologies.topology import NODE_KINDS, Topology
 from workloads import models, recipes
 from workloads.flops import model_flops_per_token
@@ -49,10 +50,10 @@ def system_rows() -> list[Row]:
         system = load_system(name)
         rows.append({
             "name": system.name,
-            "gpu": system.gpu,
+            "gpu": system_gpu(system).name,
             "gpus_per_domain": system.gpus_per_domain,
-            "nic": system.nic,
-            "scale_out_switch": system.scale_out_switch,
+            "nic": system_nic(system).name,
+            "scale_out_switch": system_scale_out_switch(system).name,
             "tiers": system.tiers,
             "oversubscription": float(system.oversubscription),
             "rails": system.rails,
@@ -127,9 +128,9 @@ def summarise(system: SystemSpec, topology: Topology) -> Row:
     nics = sum(1 for _, kind in topology.graph.nodes(data="kind") if kind == "nic")
     return {
         "system": system.name,
-        "gpu": system.gpu,
-        "nic": system.nic,
-        "scale_out_switch": system.scale_out_switch,
+        "gpu": system_gpu(system).name,
+        "nic": system_nic(system).name,
+        "scale_out_switch": system_scale_out_switch(system).name,
         "tiers": system.tiers,
         "oversubscription": float(system.oversubscription),
         "rails": system.rails,

@@ -21,8 +21,11 @@ from pathlib import Path
 from typing import Sequence
 
 from topologies.systems import SystemSpec, load_system
-from workloads.models import model_spec
-from workloads.recipes import recipe, recipe_with
+from workloads.megatron_args import read_megatron_args
+from workloads.model_files import load_model_file
+from workloads.models import ModelSpec, model_spec
+from workloads.recipe_files import load_recipe_file
+from workloads.recipes import Recipe, recipe, recipe_with
 
 from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
@@ -37,6 +40,7 @@ from simulator.overrides import apply_setting
 from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document, trace_rows
 from simulator.scenario import Scenario, default_scenario, run_scenario
+from simulator.scenario_files import load_scenario_file, scenario_from_megatron_args
 from simulator.calibration import DEFAULT_PARAMS, load_calibration
 from simulator.fitting import DEFAULT_FIT, FitParameter, calibration_document, fit
 from simulator.validation import read_measurements, summarize, validate_rows
@@ -56,13 +60,17 @@ def default_domain_size(system: SystemSpec) -> int:
 def _run_parser(commands: argparse._SubParsersAction) -> None:
     run = commands.add_parser("run", help="simulate one training step",
                               description="Simulate one training step and print a summary.")
+    run.add_argument("scenario", nargs="?", metavar="SCENARIO.yaml",
+                     help="a scenario file (default: the built-in DeepSeek-V3 GB300 study)")
+    run.add_argument("--megatron-args", metavar="ARGS|@FILE",
+                     help="a Megatron-LM / Megatron-Bridge command line (or @file holding one)")
     run.add_argument("--system", help="catalog system name or a system YAML file")
-    run.add_argument("--model", help="catalog model name")
+    run.add_argument("--model", help="catalog model name, model YAML or HF config.json")
     for flag in PLAN_FLAGS:
         run.add_argument(f"--{flag}", type=int, metavar="N")
     run.add_argument("--mtp", type=int, metavar="N", help="multi-token-prediction layers")
     run.add_argument("--precision", help="bf16, fp8-cs, fp8-blockwise, mxfp8 or nvfp4")
-    run.add_argument("--recipe", help="software recipe name, e.g. mbridge-26.06")
+    run.add_argument("--recipe", help="recipe name (e.g. mbridge-26.06) or recipe YAML")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="any recipe, system, plan or calibration field (repeatable)")
     run.add_argument("--json", action="store_true", help="print one JSON object")
@@ -109,16 +117,21 @@ def parser() -> argparse.ArgumentParser:
 
 def scenario_from_args(args: argparse.Namespace) -> Scenario:
     """The default scenario with every given flag and --set applied, in that order."""
-    scenario = default_scenario()
+    scenario = load_scenario_file(args.scenario) if args.scenario else default_scenario()
+    if args.megatron_args:
+        scenario, ignored = scenario_from_megatron_args(read_megatron_args(args.megatron_args),
+                                                        scenario)
+        if ignored:
+            print(f"moesim: megatron args not modelled: {'; '.join(ignored)}", file=sys.stderr)
     if args.system:
         system = load_system(args.system)
         scenario = replace(scenario, system=system, domain_size=default_domain_size(system))
     if args.model:
-        scenario = replace(scenario, model=model_spec(args.model))
+        scenario = replace(scenario, model=_model(args.model))
     if args.mtp is not None:
         scenario = replace(scenario, model=scenario.model.with_mtp(args.mtp))
     if args.recipe:
-        scenario = replace(scenario, recipe=recipe(args.recipe))
+        scenario = replace(scenario, recipe=_recipe(args.recipe))
     if args.precision:
         scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
     changes = {field: getattr(args, flag) for flag, field in PLAN_FLAGS.items()
@@ -133,6 +146,18 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
     for setting in args.set:
         scenario = apply_setting(scenario, setting)
     return scenario
+
+
+def _is_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml", ".json")) or Path(name).exists()
+
+
+def _model(name: str) -> ModelSpec:
+    return load_model_file(name) if _is_file(name) else model_spec(name)
+
+
+def _recipe(name: str) -> Recipe:
+    return load_recipe_file(name) if _is_file(name) else recipe(name)
 
 
 def _auto_plan(scenario: Scenario, args: argparse.Namespace) -> Scenario:

@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from itertools import product
 
-from topologies.hardware import gpu_spec
-from topologies.systems import SystemSpec
+from topologies.systems import SystemSpec, system_gpu
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan, validate_plan
 from workloads.recipes import Recipe
@@ -21,7 +20,6 @@ from simulator.memory import check_fits, peak_memory
 
 GPU_COUNTS = (8, 16, 32, 64, 128, 256, 512, 1024)
 DEGREES = (1, 2, 4, 8, 16)
-HOPPER_GPUS = ("h100", "h800", "h200")
 
 
 def _candidates(model: ModelSpec, num_gpus: int, domain: int) -> list[dict[str, int]]:
@@ -44,7 +42,7 @@ def _plan(model: ModelSpec, num_gpus: int, degrees: dict[str, int], seq_len: int
 def _fits(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, system: SystemSpec) -> bool:
     try:
         validate_plan(plan, model)
-        check_fits(peak_memory(model, plan, recipe), gpu_spec(system.gpu))
+        check_fits(peak_memory(model, plan, recipe), system_gpu(system))
     except ValueError:
         return False
     return True
@@ -52,7 +50,7 @@ def _fits(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, system: SystemSp
 
 def recipe_for(system: SystemSpec, recipe: Recipe) -> Recipe:
     """Hopper has no MXFP8: its FP8 runs with per-tensor scaling."""
-    if system.gpu in HOPPER_GPUS and recipe.precision in ("mxfp8", "nvfp4"):
+    if system_gpu(system).architecture == "hopper" and recipe.precision in ("mxfp8", "nvfp4"):
         return replace(recipe, precision="fp8-cs")
     return recipe
 
@@ -69,4 +67,5 @@ def sensible_plan(model: ModelSpec, system: SystemSpec, recipe: Recipe, *, seq_l
             if _fits(model, plan, recipe, system):
                 return plan
     raise ValueError(f"model {model.name}: no plan on {num_gpus or GPU_COUNTS[-1]} "
-                     f"{system.gpu} GPUs or fewer fits in memory with recipe {recipe.name}")
+                     f"{system_gpu(system).name} GPUs or fewer fits in memory with recipe "
+                     f"{recipe.name}")

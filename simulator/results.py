@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from topologies.hardware import gpu_spec
+from topologies.systems import system_gpu
 
 from simulator.costs import peak_key
 from simulator.scenario import Result, Scenario
 
 
 def scenario_document(scenario: Scenario) -> dict[str, Any]:
-    plan, gpu = scenario.plan, gpu_spec(scenario.system.gpu)
+    plan, gpu = scenario.plan, system_gpu(scenario.system)
     document: dict[str, Any] = {
         "system": scenario.system.name, "gpu": gpu.name, "model": scenario.model.name,
         "num_gpus": plan.num_gpus,
@@ -39,7 +39,7 @@ def scenario_document(scenario: Scenario) -> dict[str, Any]:
 
 def result_document(result: Result) -> dict[str, Any]:
     metrics = result.metrics
-    gpu = gpu_spec(result.scenario.system.gpu)
+    gpu = system_gpu(result.scenario.system)
     return {
         "step_time_s": metrics.step_time_s,
         "tokens_per_s_per_gpu": metrics.tokens_per_s_per_gpu,

@@ -12,9 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from topologies.builders import build_topology
-from topologies.systems import SystemSpec, load_system
+from topologies.systems import SystemSpec, load_system, system_gpu
 from topologies.topology import Topology
-from topologies.hardware import gpu_spec
 from workloads.flops import model_flops_per_step, model_flops_per_token
 from workloads.models import ModelSpec, model_spec
 from workloads.parallelism import ParallelPlan, validate_plan
@@ -70,7 +69,7 @@ def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
     """Validate, check memory, build, replay and measure one training step."""
     model, plan, recipe_ = scenario.model, scenario.plan, scenario.recipe
     validate_plan(plan, model)
-    gpu = gpu_spec(scenario.system.gpu)
+    gpu = system_gpu(scenario.system)
     memory = peak_memory(model, plan, recipe_)
     check_fits(memory, gpu)
     topology = scenario_topology(scenario)

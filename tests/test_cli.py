@@ -104,3 +104,24 @@ def test_trace_is_not_written_when_the_run_fails(tmp_path, capsys):
     path = tmp_path / "step.json"
     assert main(["run", "--tp", "3", "--trace", str(path)]) == 2
     assert not path.exists()
+
+
+DATA = __import__("pathlib").Path(__file__).parent / "data"
+
+
+def test_megatron_args_import_equals_the_built_in_scenario(capsys, default_result):
+    r = _run_json(capsys, "--megatron-args", f"@{DATA / 'megatron' / 'dsv3-gb300-26.06.txt'}")
+    assert r == default_result
+
+
+def test_unknown_megatron_flags_are_listed(capsys):
+    assert main(["run", "--gbs", "256", "--megatron-args", "--frobnicate 3"]) == 0
+    assert "--frobnicate 3" in capsys.readouterr().err
+
+
+def test_scenario_file_and_model_config_reach_the_run(capsys):
+    faster = _run_json(capsys, str(DATA / "scenarios" / "gb300-nvlink-3.6tbs.yaml"), "--gbs", "256")
+    base = _run_json(capsys, "--gbs", "256")
+    assert faster["tokens_per_s_per_gpu"] > base["tokens_per_s_per_gpu"]
+    llama = _run_json(capsys, "--model", str(DATA / "hf" / "llama3-8b.json"), "--auto-plan")
+    assert llama["scenario"]["model"] == "llama3-8b"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import networkx as nx
 
@@ -25,15 +24,10 @@ from topologies.hardware import (
     NICSpec,
     NVLinkSwitchSpec,
     SwitchSpec,
-    gpu_spec,
-    nic_spec,
-    nvlink_switch_spec,
-    switch_spec,
 )
+from topologies.systems import (SystemSpec, system_gpu, system_nic, system_nvlink_switch,
+                                system_scale_out_switch)
 from topologies.topology import Topology
-
-if TYPE_CHECKING:
-    from topologies.systems import SystemSpec
 
 
 def nvlink_domain(
@@ -191,13 +185,13 @@ def build_topology(
     ):
         raise ValueError(f"domain_size must be an int in 1..{system.gpus_per_domain} "
                          f"(gpus_per_domain of {system.name}), got {size!r}")
-    gpu = gpu_spec(system.gpu)
-    nvswitch = nvlink_switch_spec(system.nvlink_switch)
+    gpu = system_gpu(system)
+    nvswitch = system_nvlink_switch(system)
     domains = [list(range(i, min(i + size, num_gpus))) for i in range(0, num_gpus, size)]
     graph = nx.DiGraph()
     for domain, members in enumerate(domains):
         nvlink_domain(graph, domain, members, gpu, nvswitch, failed_trays if domain == 0 else 0)
     if len(domains) > 1:
-        rail_fat_tree(graph, domains, nic_spec(system.nic), switch_spec(system.scale_out_switch),
+        rail_fat_tree(graph, domains, system_nic(system), system_scale_out_switch(system),
                       system.tiers, system.oversubscription, system.rails)
     return Topology(graph, gpu=gpu, domain_size=size)
