@@ -1,8 +1,8 @@
 """Per-GPU memory at the peak of a step: weights, gradients, optimizer states, activations in
 flight, communication buffers and a fixed framework reserve.
 
-    weights     = P * 2 (BF16); FSDP: the shard plus two gathered chunks (one prefetched)
-    gradients   = P * grad bytes; FSDP: the shard plus one chunk being reduced
+    weights     = P * 2 (BF16); FSDP: the shard plus two gathered layers (one prefetched)
+    gradients   = P * grad bytes; FSDP: the shard plus one layer being reduced
     optimizer   = (P_dense / dp + P_expert / expert_dp) * optimizer bytes per parameter
     activations = units in flight * tokens per GPU * sum over the unit's layers of the bytes
                   a layer keeps for backward (less what recompute discards)
@@ -140,11 +140,11 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
     params = dense + expert
     fsdp = plan.dp_sharding == "fsdp"
     shard = dense / plan.dp + expert / plan.expert_dp
-    chunk = max(sum(chunk_params(model, plan, stages, c * plan.pp + stage))
-                for c in range(plan.vpp))
+    layer = max(sum(chunk_params(model, plan, stages, c * plan.pp + stage))
+                / max(1, len(stages[c * plan.pp + stage])) for c in range(plan.vpp))
     return MemoryEstimate(
-        weights_bytes=(shard + 2 * chunk if fsdp else params) * BF16_BYTES,
-        gradients_bytes=(shard + chunk if fsdp else params) * recipe.grad_reduce_dtype_bytes,
+        weights_bytes=(shard + 2 * layer if fsdp else params) * BF16_BYTES,
+        gradients_bytes=(shard + layer if fsdp else params) * recipe.grad_reduce_dtype_bytes,
         optimizer_bytes=shard * recipe.optimizer_state_bytes_per_param,
         activations_bytes=activation_bytes(model, plan, recipe, stage),
         buffers_bytes=buffer_bytes(model, plan, recipe))

@@ -111,7 +111,8 @@ class FluidNetwork:
         if elapsed <= 0:
             return
         for tid, transfer in self._transfers.items():
-            transfer.remaining_bytes = transfer.remaining_bytes - self._rates[tid] * elapsed
+            transfer.remaining_bytes = np.maximum(
+                transfer.remaining_bytes - self._rates[tid] * elapsed, 0.0)
 
     def _replan(self) -> None:
         self._generation += 1
@@ -126,6 +127,8 @@ class FluidNetwork:
     @staticmethod
     def _time_to_first_finish(transfer: _Transfer, rates: np.ndarray) -> float:
         moving = transfer.remaining_bytes > 0
+        if not moving.any():
+            return 0.0
         return float(np.min(transfer.remaining_bytes[moving] / rates[moving]))
 
     def _solve(self) -> dict[int, np.ndarray]:

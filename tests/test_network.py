@@ -87,3 +87,10 @@ def test_more_capacity_never_lowers_the_slowest_flow():
         capacity = np.array([1.0, 2.0, 3.0])
         capacity[link] *= 2
         assert max_min_rates(shapes, capacity).min() >= base.min() - 1e-12
+
+
+def test_a_flow_that_ends_as_another_starts_is_not_lost():
+    # A (1 byte at 1 B/s) ends at t=1 exactly when B starts: B must not stall A's completion.
+    a = [FlowClass(shape=_shape(0), bytes_per_flow=1.0)]
+    b = [FlowClass(shape=_shape(0), bytes_per_flow=1.0)]
+    assert _finish_times([1.0], [a, b], [0.0, 1.0]) == pytest.approx([1.0, 2.0])
