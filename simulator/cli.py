@@ -20,7 +20,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Sequence
 
-from topologies.systems import SystemSpec, load_system
+from topologies.systems import load_system
 from workloads.megatron_args import read_megatron_args
 from workloads.model_files import load_model_file
 from workloads.models import ModelSpec, model_spec
@@ -39,22 +39,15 @@ from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawi
 from simulator.overrides import apply_setting
 from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document, trace_rows
-from simulator.scenario import Scenario, default_scenario, run_scenario
+from simulator.scenario import Scenario, default_domain_size, default_scenario, run_scenario
 from simulator.scenario_files import load_scenario_file, scenario_from_megatron_args
 from simulator.calibration import DEFAULT_PARAMS, load_calibration
 from simulator.fitting import DEFAULT_FIT, FitParameter, calibration_document, fit
 from simulator.validation import read_measurements, summarize, validate_rows
 
-# NVIDIA's DeepSeek-V3 recipes put 64 of an NVL72 rack's 72 GPUs in one NVLink domain
-# (hardware-and-recipes.md §3, DESIGN.md "Placement"); smaller domains are used whole.
-NVL72_RECIPE_DOMAIN = 64
 SHOW_SUBJECTS = ("system",)
 PLAN_FLAGS = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep",
               "etp": "etp", "cp": "cp", "mbs": "mbs", "gbs": "gbs", "seq": "seq_len"}
-
-
-def default_domain_size(system: SystemSpec) -> int:
-    return NVL72_RECIPE_DOMAIN if system.gpus_per_domain == 72 else system.gpus_per_domain
 
 
 def _run_parser(commands: argparse._SubParsersAction) -> None:

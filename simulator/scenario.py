@@ -50,6 +50,14 @@ class Result:
 
 
 DEFAULT_LAYOUT = "Et*4|(t*4|)*14tmL"
+# NVIDIA's DeepSeek-V3 recipes put 64 of an NVL72 rack's 72 GPUs in one NVLink domain
+# (hardware-and-recipes.md §3, DESIGN.md "Placement"); smaller domains are used whole.
+NVL72_RECIPE_DOMAIN = 64
+
+
+def default_domain_size(system: SystemSpec) -> int:
+    """GPUs per NVLink domain that recipes use on `system`."""
+    return NVL72_RECIPE_DOMAIN if system.gpus_per_domain == 72 else system.gpus_per_domain
 
 
 def default_scenario() -> Scenario:
@@ -57,7 +65,7 @@ def default_scenario() -> Scenario:
     plan = ParallelPlan(num_gpus=256, tp=1, pp=2, vpp=8, ep=32, etp=1, cp=1, mbs=1, gbs=4096,
                         seq_len=4096, layout=DEFAULT_LAYOUT)
     return Scenario(system=load_system("gb300-nvl72"), model=model_spec("deepseek-v3"),
-                    plan=plan, recipe=recipe("mbridge-26.06"), domain_size=64)
+                    plan=plan, recipe=recipe("mbridge-26.06"), domain_size=NVL72_RECIPE_DOMAIN)
 
 
 def scenario_topology(scenario: Scenario) -> Topology:

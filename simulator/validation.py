@@ -26,12 +26,10 @@ from workloads.parallelism import ParallelPlan
 from workloads.recipes import Recipe, recipe, recipe_with
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams
-from simulator.scenario import Scenario, run_scenario
+from simulator.scenario import Scenario, default_domain_size, run_scenario
 
 SYSTEM_OF_GPU = {"gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "b200": "dgx-b200",
                  "b300": "dgx-b300", "h100": "dgx-h100", "h800": "hgx-h800", "h200": "hgx-h200"}
-# NVIDIA's NVL72 recipes put 64 of a rack's 72 GPUs in one NVLink domain (DESIGN.md).
-NVL72_RECIPE_DOMAIN = 64
 # SMs the EP dispatcher kernels hold when a row names the dispatcher but not its SMs:
 # HybridEP 32 (Megatron-Bridge DSv3 recipes), DeepEP 24 (Megatron GB200 guide §2.2.1).
 DISPATCHER_SMS = {"alltoall": 0, "allgather": 0, "deepep": 24, "hybridep": 32}
@@ -121,7 +119,7 @@ def row_scenario(row: dict[str, Any]) -> Scenario:
                         cp=integers["cp"], mbs=integers["mbs"], gbs=integers["gbs"],
                         seq_len=integers["seq_len"],
                         dp_sharding="fsdp" if integers["fsdp"] else "distributed-optimizer")
-    domain = NVL72_RECIPE_DOMAIN if system.gpus_per_domain == 72 else None
+    domain = default_domain_size(system)
     return Scenario(system=system, model=model_spec(row["model"]).with_mtp(integers["mtp_layers"]),
                     plan=plan, recipe=row_recipe(row), domain_size=domain)
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from simulator.cli import default_domain_size, main
+from simulator.cli import main
 from simulator.planner import recipe_for, sensible_plan
-from simulator.scenario import Scenario, run_scenario
+from simulator.scenario import Scenario, default_domain_size, run_scenario
 from topologies.hardware import gpu_spec
 from topologies.systems import SYSTEM_NAMES, load_system
 from workloads.models import MODELS
