@@ -66,6 +66,9 @@ class _Step:
         self.mlp = blk.dense_mlp_block(self.model, self.plan, self.recipe)
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
         self.tokens = blk.tokens_per_gpu(self.plan)
+        self.dispatch_bytes = (self.tokens * self.model.hidden_size * blk.BF16_BYTES
+                               * blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
+                               if self.model.is_moe else 0.0)
         self._groups: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = {}
         self.fsdp = self.plan.dp_sharding == "fsdp"
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
@@ -318,8 +321,7 @@ class _Step:
     def _a2a(self, rank: int, unit: Unit, name: str, after: tuple[str, ...],
              sync: bool = False) -> str:
         dispatcher = self.recipe.dispatcher
-        copies = blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
-        nbytes = self.tokens * copies * self.model.hidden_size * blk.BF16_BYTES
+        nbytes = self.dispatch_bytes
         op = Op.ALL_TO_ALL
         if dispatcher == "allgather":
             op = Op.ALL_GATHER if name.endswith("dispatch") == (unit.phase == "F") \
