@@ -1,0 +1,47 @@
+"""Steady-state extrapolation: a long step predicted from two short ones equals the whole
+simulation, breakdown included, for plain and interleaved 1F1B, eager and graphed recipes."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.scenario import run_scenario
+from simulator.steady_state import run_steady_state, sample_microbatches
+from workloads.models import model_spec
+from workloads.recipes import recipe
+
+
+def test_short_steps_are_simulated_whole():
+    assert sample_microbatches(12, 2) is None
+    assert sample_microbatches(13, 2) == (8, 12)
+    assert sample_microbatches(128, 4) == (16, 24)
+
+
+@pytest.mark.parametrize("plan, software, gbs", [
+    ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "mbridge-26.06", 128),
+    ({"tp": 1, "pp": 4, "ep": 4}, "mbridge-25.11", 128),
+    ({"tp": 2, "pp": 1, "ep": 8}, "mbridge-gb200-guide-2025-11", 64),
+], ids=["pp2-vpp2-graphed", "pp4-eager", "pp1-guide"])
+def test_extrapolation_equals_the_whole_step(make_scenario, plan, software, gbs):
+    scenario = make_scenario(recipe_=recipe(software), **plan)
+    scenario = replace(scenario, plan=replace(scenario.plan, gbs=gbs))
+    assert sample_microbatches(scenario.plan.num_microbatches, scenario.plan.pp) is not None
+    whole = run_scenario(scenario).metrics
+    extrapolated = run_steady_state(scenario)
+    assert extrapolated.step_time_s == pytest.approx(whole.step_time_s, rel=1e-6)
+    assert extrapolated.tflops_per_gpu == pytest.approx(whole.tflops_per_gpu, rel=1e-6)
+    assert extrapolated.tokens_per_s_per_gpu == pytest.approx(whole.tokens_per_s_per_gpu,
+                                                              rel=1e-6)
+    assert set(extrapolated.breakdown_s) == set(whole.breakdown_s)
+    for key, seconds in whole.breakdown_s.items():
+        assert extrapolated.breakdown_s[key] == pytest.approx(seconds, rel=1e-6, abs=1e-9)
+
+
+def test_a_plan_that_does_not_fit_fails_before_the_short_runs(make_scenario):
+    scenario = make_scenario(tp=1, pp=1, ep=1)
+    scenario = replace(scenario, model=model_spec("llama3.1-405b"),
+                       plan=replace(scenario.plan, gbs=256))
+    with pytest.raises(ValueError, match="GiB"):
+        run_steady_state(scenario)
