@@ -4,15 +4,18 @@ Each simulated rank has a host lane (the CPU launching kernels in program order)
 lane and one lane per kind of communication. A task starts when its dependencies are done, the
 host has launched it and its lane is free (lanes serve the lowest task id first). A collective
 starts when every simulated member has arrived and ends when the fluid network has moved its
-bytes. While a collective whose kernels hold SMs is in flight, compute on that GPU progresses
-at (sm_count - held) / sm_count of its full speed.
+bytes. A member waiting for the others holds its lane, unless a task with a lower id asks for
+that lane first: it then steps back and queues again, so that ranks whose timelines differ (an
+unfolded straggler) never wait on each other. While a collective whose kernels hold SMs is in
+flight, compute on that GPU progresses at (sm_count - held) / sm_count of its full speed. A
+straggler's compute takes `compute_slowdown[rank]` times as long.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Callable, Generator
+from typing import Callable, Generator, Mapping
 
 import numpy as np
 import simpy
@@ -103,8 +106,9 @@ class _Replay:
     """The SimPy processes of one replay; `run()` returns the Trace."""
 
     def __init__(self, graph: TaskGraph, topology: Topology, params: CostParams,
-                 nvls: bool) -> None:
+                 nvls: bool, compute_slowdown: Mapping[int, float]) -> None:
         self.graph, self.topology, self.params, self.nvls = graph, topology, params, nvls
+        self.slowdown = compute_slowdown
         self.env = simpy.Environment()
         self.done = [self.env.event() for _ in graph.tasks]
         self.issued = [self.env.event() for _ in graph.tasks]
@@ -113,6 +117,8 @@ class _Replay:
         self.sm = {rank: _SMShare(self.env, topology.gpu.sm_count)
                    for rank in graph.simulated_ranks}
         self.arrivals: dict[str, list[simpy.Event]] = defaultdict(list)
+        # (rank, lane) -> (task id, preempt event) of a collective holding the lane, waiting
+        self.waiting: dict[tuple[int, Lane], tuple[int, simpy.Event]] = {}
         self.planner = CollectivePlanner(topology, params)
         self.network = FluidNetwork(
             capacity_bytes_per_s=np.array([link.capacity_bytes_per_s for link in topology.links]),
@@ -164,19 +170,65 @@ class _Replay:
 
     def _task(self, task: Task) -> Generator[simpy.Event, None, None]:
         yield self.env.all_of([self.done[d] for d in task.deps] + [self.issued[task.id]])
+        if task.collective is not None and len(task.collective.members) > 1:
+            yield from self._joint(task, task.collective)
+            return
+        self._preempt_waiting(task)
         with self._lane(task.rank, task.lane).request(priority=task.id) as request:
             yield request
             start_s = self.env.now
             if task.work is not None:
                 seconds = compute_time_s(task.work, self.topology.gpu, self.params)
+                if self.slowdown:
+                    seconds *= self.slowdown.get(task.rank, 1.0)
                 yield self.sm[task.rank].run(seconds)
             else:
                 assert task.collective is not None
                 yield self._arrive(task.collective)
-            self.records.append(TaskRecord(task.id, task.name, task.rank, str(task.lane),
-                                           task.category, self.issued_s[task.id], start_s,
-                                           self.env.now, task.microbatch, task.chunk))
+            self._record(task, start_s)
         self.done[task.id].succeed()
+
+    def _joint(self, task: Task, collective: Collective) -> Generator[simpy.Event, None, None]:
+        """A collective of several simulated ranks: hold the lane while waiting for the others,
+        unless a task launched earlier on this lane (lower id) asks for it before they come."""
+        lane = self._lane(task.rank, task.lane)
+        while True:
+            self._preempt_waiting(task)
+            with lane.request(priority=task.id) as request:
+                yield request
+                start_s = self.env.now
+                finished = self._arrive(collective)
+                if collective.key in self.arrivals:
+                    preempted = self.env.event()
+                    self.waiting[task.rank, task.lane] = (task.id, preempted)
+                    yield finished | preempted
+                    del self.waiting[task.rank, task.lane]
+                    if self._withdraw(collective.key, finished):
+                        continue
+                yield finished
+                self._record(task, start_s)
+            self.done[task.id].succeed()
+            return
+
+    def _preempt_waiting(self, task: Task) -> None:
+        """Free this lane from a collective still waiting for its members if `task` came
+        first in program order: it runs first, and no two ranks wait on each other."""
+        holder = self.waiting.get((task.rank, task.lane))
+        if holder is not None and holder[0] > task.id and not holder[1].triggered:
+            holder[1].succeed()
+
+    def _withdraw(self, key: str, finished: simpy.Event) -> bool:
+        """Take back an arrival at a collective that has not started; False if it has."""
+        pending = self.arrivals.get(key, [])
+        if finished not in pending:
+            return False
+        pending.remove(finished)
+        return True
+
+    def _record(self, task: Task, start_s: float) -> None:
+        self.records.append(TaskRecord(task.id, task.name, task.rank, str(task.lane),
+                                       task.category, self.issued_s[task.id], start_s,
+                                       self.env.now, task.microbatch, task.chunk))
 
     def _arrive(self, collective: Collective) -> simpy.Event:
         finished = self.env.event()
@@ -203,6 +255,12 @@ class _Replay:
 
 
 def simulate(graph: TaskGraph, topology: Topology, params: CostParams, *,
-             nvls: bool = False) -> Trace:
-    """Replay `graph` on `topology`; `nvls` lets all-reduces inside a domain reduce in-switch."""
-    return _Replay(graph, topology, params, nvls).run()
+             nvls: bool = False, compute_slowdown: Mapping[int, float] | None = None) -> Trace:
+    """Replay `graph` on `topology`; `nvls` lets all-reduces inside a domain reduce in-switch;
+    `compute_slowdown` maps simulated ranks to how many times as long their compute takes."""
+    slowdown = dict(compute_slowdown or {})
+    for rank, factor in slowdown.items():
+        if rank not in graph.simulated_ranks or not 1 <= factor < float("inf"):
+            raise ValueError(f"compute_slowdown: rank {rank} x{factor} needs a simulated rank "
+                             f"(of {len(graph.simulated_ranks)}) and a finite factor >= 1")
+    return _Replay(graph, topology, params, nvls, slowdown).run()

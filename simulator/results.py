@@ -4,7 +4,8 @@ Keys: step_time_s, tokens_per_s_per_gpu, tflops_per_gpu, mfu, model_flops_per_to
 breakdown_s (seconds per category, adding up to the step time), memory_bytes_per_gpu
 (weights, gradients, optimizer, activations, buffers, reserve, total), peak_tflops_per_gpu,
 and scenario (system, gpu, model, num_gpus, domain_size, the plan's degrees and batch, the
-layout, and every recipe field).
+layout, every recipe field, failed_trays and the asymmetric what-ifs: straggler_gpu,
+straggler_slowdown, degraded_link, degraded_link_bandwidth_fraction).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from dataclasses import asdict
 from typing import Any
 
 from topologies.systems import system_gpu
+from workloads.parallelism import stage_of
 
 from simulator.costs import peak_key
-from simulator.scenario import Result, Scenario
+from simulator.scenario import WHAT_IF_FIELDS, Result, Scenario
 
 
 def scenario_document(scenario: Scenario) -> dict[str, Any]:
@@ -34,6 +36,8 @@ def scenario_document(scenario: Scenario) -> dict[str, Any]:
     recipe["recompute_modules"] = list(recipe["recompute_modules"])
     document["recipe"] = recipe
     document["failed_trays"] = scenario.failed_trays
+    for key in WHAT_IF_FIELDS:
+        document[key] = getattr(scenario, key)
     return document
 
 
@@ -56,3 +60,13 @@ def result_document(result: Result) -> dict[str, Any]:
 def trace_rows(result: Result) -> list[dict[str, Any]]:
     """The trace records as plain dicts, for reports.chrome_trace."""
     return [asdict(record) for record in result.trace.records]
+
+
+def pipeline_rows(result: Result) -> list[dict[str, Any]]:
+    """The trace records of the simulated ranks of one pipeline (the first simulated rank's),
+    each with its pipeline `stage`, for reports.gantt."""
+    plan = result.scenario.plan
+    position = min(result.trace.simulated_ranks) % plan.ranks_per_stage
+    return [{**asdict(record), "stage": stage_of(plan, record.rank)}
+            for record in result.trace.records
+            if record.rank % plan.ranks_per_stage == position]

@@ -1,15 +1,24 @@
-"""A Scenario = system + model + parallel plan + recipe (+ cost parameters); run it end to end.
+"""A Scenario = system + model + parallel plan + recipe (+ cost parameters, + what-ifs); run it
+end to end.
 
     run_scenario(scenario) -> Result:  topology, task graph, memory check, replay, metrics
 
 The default scenario is the reference run: DeepSeek-V3 on 256 GB300 NVL72 GPUs with the
 Megatron-Bridge 26.06 recipe (MXFP8, TP1 PP2 VPP8 EP32, MBS 1, GBS 4096, seq 4096), 64 GPUs
 of each rack in one NVLink domain as NVIDIA's DeepSeek-V3 runs use.
+
+Asymmetric what-ifs (failed NVLink trays in one rack, a straggler GPU, a degraded link) make
+some GPUs behave unlike the rest of their pipeline stage; the step is then partly unfolded
+(workloads.step.position_classes): those GPUs, and every class of GPUs they make different,
+are simulated apart from the folded ones.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from topologies.builders import build_topology
 from topologies.systems import SystemSpec, load_system, system_gpu
@@ -22,14 +31,26 @@ from workloads.step import StepSpec, build_step
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams
 from simulator.costs import peak_key
-from simulator.engine import Trace, simulate
+from simulator.engine import TaskRecord, Trace, simulate
 from simulator.memory import MemoryEstimate, check_fits, peak_memory
-from simulator.metrics import StepMetrics, step_metrics
+from simulator.metrics import StepMetrics, rank_breakdown, step_metrics
+
+DEGRADED_TIERS = ("nic", "nvlink")
+WHAT_IF_FIELDS = ("straggler_gpu", "straggler_slowdown", "degraded_link",
+                  "degraded_link_bandwidth_fraction")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scenario:
-    """Everything one simulated training step depends on."""
+    """Everything one simulated training step depends on.
+
+    What-ifs, each off by default: `failed_trays` NVLink switch trays out of service in the
+    first NVLink domain only (GPUs 0 .. domain_size-1; the other domains stay healthy);
+    `straggler_gpu`, a GPU whose compute takes `straggler_slowdown` (>= 1) times as long;
+    `degraded_link`, "nic:G" (GPU G's links to its NIC and the NIC's to its leaf) or
+    "nvlink:G" (GPU G's links to its NVLink switch), left with
+    `degraded_link_bandwidth_fraction` (in (0, 1]) of its bandwidth in both directions.
+    """
 
     system: SystemSpec
     model: ModelSpec
@@ -37,7 +58,59 @@ class Scenario:
     recipe: Recipe
     domain_size: int | None = None
     failed_trays: int = 0
+    straggler_gpu: int | None = None
+    straggler_slowdown: float = 1.0
+    degraded_link: str | None = None
+    degraded_link_bandwidth_fraction: float = 1.0
     params: CostParams = field(default_factory=lambda: DEFAULT_PARAMS)
+
+    def __post_init__(self) -> None:
+        gpus = self.plan.num_gpus
+        if self.straggler_gpu is not None and not (
+                _is_int(self.straggler_gpu) and 0 <= self.straggler_gpu < gpus):
+            raise ValueError(f"straggler_gpu={self.straggler_gpu!r}: must be a GPU index in "
+                             f"[0, {gpus}) or none")
+        if not (_is_number(self.straggler_slowdown) and self.straggler_slowdown >= 1):
+            raise ValueError(f"straggler_slowdown={self.straggler_slowdown!r}: must be a number "
+                             ">= 1 (how many times as long the straggler's compute takes)")
+        if self.degraded_link is not None:
+            degraded_port(self.degraded_link, gpus)
+        fraction = self.degraded_link_bandwidth_fraction
+        if not (_is_number(fraction) and 0 < fraction <= 1):
+            raise ValueError(f"degraded_link_bandwidth_fraction={fraction!r}: must be a number "
+                             "in (0, 1] (the share of its bandwidth the degraded link keeps)")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def degraded_port(text: Any, num_gpus: int) -> tuple[str, int]:
+    """(tier, GPU) of a `degraded_link` such as "nic:17"; a one-line error otherwise."""
+    tier, _, index = str(text).partition(":")
+    if not (isinstance(text, str) and tier in DEGRADED_TIERS and index.isdigit()
+            and int(index) < num_gpus):
+        raise ValueError(f"degraded_link={text!r}: must be TIER:GPU with TIER one of "
+                         f"{', '.join(DEGRADED_TIERS)} and GPU in [0, {num_gpus}), e.g. nic:17")
+    return tier, int(index)
+
+
+def parse_what_if(field_name: str, text: str) -> Any:
+    """The value of a what-if field (WHAT_IF_FIELDS) from text; "none" clears a GPU or link."""
+    if field_name in ("straggler_gpu", "degraded_link") and text.lower() in ("", "none"):
+        return None
+    if field_name == "degraded_link":
+        return text
+    kind = int if field_name == "straggler_gpu" else float
+    try:
+        return kind(text)
+    except ValueError:
+        raise ValueError(f"{field_name}={text!r}: must be "
+                         f"{'an integer' if kind is int else 'a number'}") from None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,8 +142,45 @@ def default_scenario() -> Scenario:
 
 
 def scenario_topology(scenario: Scenario) -> Topology:
-    return build_topology(scenario.system, scenario.plan.num_gpus,
-                          domain_size=scenario.domain_size, failed_trays=scenario.failed_trays)
+    """The scenario's wiring, failed trays and degraded link included."""
+    topology = build_topology(scenario.system, scenario.plan.num_gpus,
+                              domain_size=scenario.domain_size,
+                              failed_trays=scenario.failed_trays)
+    fraction = scenario.degraded_link_bandwidth_fraction
+    if scenario.degraded_link is None or fraction == 1:
+        return topology
+    tier, gpu = degraded_port(scenario.degraded_link, scenario.plan.num_gpus)
+    try:
+        links = topology.port_links(gpu, tier)
+    except ValueError as error:
+        raise ValueError(f"degraded_link={scenario.degraded_link!r}: {error}") from None
+    return topology.with_capacity_scaled(links, fraction)
+
+
+def compute_slowdown(scenario: Scenario) -> dict[int, float]:
+    """How many times as long compute takes, for the GPUs (= ranks) where it is not 1."""
+    if scenario.straggler_slowdown != 1 and scenario.straggler_gpu is None:
+        raise ValueError(f"straggler_slowdown={scenario.straggler_slowdown}: needs "
+                         f"straggler_gpu, a GPU index in [0, {scenario.plan.num_gpus})")
+    if scenario.straggler_gpu is None or scenario.straggler_slowdown == 1:
+        return {}
+    return {scenario.straggler_gpu: scenario.straggler_slowdown}
+
+
+def asymmetric_ranks(scenario: Scenario) -> tuple[frozenset[int], ...]:
+    """The sets of ranks (= GPUs) that the scenario's what-ifs make unlike the rest."""
+    if scenario.degraded_link_bandwidth_fraction != 1 and scenario.degraded_link is None:
+        raise ValueError(f"degraded_link_bandwidth_fraction="
+                         f"{scenario.degraded_link_bandwidth_fraction}: needs degraded_link, "
+                         "e.g. nic:17")
+    sets = [frozenset({gpu}) for gpu in compute_slowdown(scenario)]
+    if scenario.degraded_link is not None and scenario.degraded_link_bandwidth_fraction != 1:
+        sets.append(frozenset({degraded_port(scenario.degraded_link,
+                                             scenario.plan.num_gpus)[1]}))
+    if scenario.failed_trays > 0:
+        domain = scenario.domain_size or scenario.system.gpus_per_domain
+        sets.append(frozenset(range(min(domain, scenario.plan.num_gpus))))
+    return tuple(ranks for ranks in sets if ranks)
 
 
 def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
@@ -81,12 +191,31 @@ def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
     memory = peak_memory(model, plan, recipe_)
     check_fits(memory, gpu)
     topology = scenario_topology(scenario)
-    graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_), folded=folded)
-    trace = simulate(graph, topology, scenario.params, nvls=recipe_.nccl_nvls)
+    graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_), folded=folded,
+                       asymmetric=asymmetric_ranks(scenario))
+    trace = simulate(graph, topology, scenario.params, nvls=recipe_.nccl_nvls,
+                     compute_slowdown=compute_slowdown(scenario))
     metrics = step_metrics(
         trace, num_gpus=plan.num_gpus, tokens_per_step=plan.gbs * plan.seq_len,
         model_flops_per_step=model_flops_per_step(model, plan.seq_len, plan.gbs, plan.tp),
         peak_flops_per_s=gpu.peak(peak_key(recipe_.precision)))
+    if graph.gpus_per_rank:
+        metrics = replace(metrics, breakdown_s=weighted_breakdown(trace, graph.gpus_per_rank))
     return Result(scenario=scenario, metrics=metrics, memory=memory,
                   model_flops_per_token=model_flops_per_token(model, plan.seq_len, plan.tp),
                   trace=trace)
+
+
+def weighted_breakdown(trace: Trace, gpus_per_rank: tuple[int, ...]) -> dict[str, float]:
+    """The mean over GPUs of the simulated ranks' breakdowns, each rank weighted by the GPUs
+    it stands for (a partly unfolded step's ranks stand for unequal numbers of GPUs)."""
+    weight = dict(zip(trace.simulated_ranks, gpus_per_rank))
+    by_rank: dict[int, list[TaskRecord]] = defaultdict(list)
+    for record in trace.records:
+        by_rank[record.rank].append(record)
+    total: dict[str, float] = defaultdict(float)
+    gpus = sum(gpus_per_rank)
+    for rank, records in by_rank.items():
+        for key, value in rank_breakdown(records, trace.step_time_s).items():
+            total[key] += value * weight[rank] / gpus
+    return {key: total[key] for key in sorted(total) if total[key] > 0}

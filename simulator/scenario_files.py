@@ -4,8 +4,10 @@ A scenario file maps: `extends` (`default` = simulator.scenario.default_scenario
 scenario file); `system` (catalog name, .yaml path or inline mapping, see topologies.systems);
 `model` and `recipe` (catalog name, file path or inline mapping, optionally with `extends`);
 `plan` (ParallelPlan fields; `gpus` and `seq` also name num_gpus and seq_len); `domain_size`;
-`failed_trays`; `calibration` (CostParams fields: a number, or for a mapping field a mapping of
-its existing keys to numbers). Paths are relative to the file. Without `extends` the file must
+`failed_trays`; the asymmetric what-ifs `straggler_gpu`, `straggler_slowdown`, `degraded_link`
+and `degraded_link_bandwidth_fraction` (simulator.scenario.Scenario); `calibration` (CostParams
+fields: a number, or for a mapping field a mapping of its existing keys to numbers). Paths are
+relative to the file. Without `extends` the file must
 give system, model, plan and recipe. Two rules keep a one-field change valid: a changed system
 keeps the base's domain_size while it fits, else uses whole NVLink domains; and (for command
 lines too) an inherited pipeline layout gives way to the default split (None) when the layers
@@ -24,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
 from topologies.systems import (SYSTEM_NAMES, SystemSpec, load_system, system_from_mapping,
                                 system_nvlink_switch)
@@ -38,10 +40,10 @@ from workloads.recipe_files import load_recipe_file, recipe_from_mapping
 from workloads.recipes import RECIPES, Recipe, recipe_with
 
 from simulator.calibration import CostParams, params_with
-from simulator.scenario import Scenario, default_scenario
+from simulator.scenario import WHAT_IF_FIELDS, Scenario, default_scenario
 
 SCENARIO_KEYS = ("extends", "system", "model", "plan", "recipe", "domain_size", "failed_trays",
-                 "calibration")
+                 "calibration") + WHAT_IF_FIELDS
 REQUIRED_KEYS = ("system", "model", "plan", "recipe")
 PLAN_ALIASES = {"gpus": "num_gpus", "seq": "seq_len"}
 PLAN_KEYS = tuple(f.name for f in fields(ParallelPlan)) + tuple(PLAN_ALIASES)
@@ -70,12 +72,16 @@ def _load(path: Path, chain: tuple[str, ...]) -> Scenario:
     recipe = _entry(data, "recipe", base, origin, chain, RECIPES, load_recipe_file,
                     recipe_from_mapping, YAML_SUFFIXES)
     plan = _plan(data.get("plan", {}), base, model, origin.child("plan"))
-    scenario = Scenario(
-        system=system, model=model, plan=plan, recipe=recipe,
-        domain_size=_domain_size(data, base, system, origin),
-        failed_trays=_failed_trays(data, base, system, origin),
-        params=_calibration(data.get("calibration", {}), base.params if base else None,
-                            origin.child("calibration")))
+    settings = dict(domain_size=_domain_size(data, base, system, origin),
+                    failed_trays=_failed_trays(data, base, system, origin),
+                    params=_calibration(data.get("calibration", {}),
+                                        base.params if base else None,
+                                        origin.child("calibration")),
+                    **_what_ifs(data, base, origin))
+    try:
+        scenario = Scenario(system=system, model=model, plan=plan, recipe=recipe, **settings)
+    except ValueError as error:
+        raise origin.error(str(error)) from None
     try:
         _checked_plan(plan, model)
     except ValueError as error:
@@ -183,6 +189,13 @@ def _failed_trays(data: dict[str, Any], base: Scenario | None, system: SystemSpe
     if not 0 <= trays < limit:
         raise origin.error(f"failed_trays={trays}: must be an integer in 0..{limit - 1}")
     return trays  # type: ignore[no-any-return]
+
+
+def _what_ifs(data: dict[str, Any], base: Scenario | None, origin: Origin) -> dict[str, Any]:
+    """The what-if fields that the file gives (type-checked) or the base has."""
+    hints = get_type_hints(Scenario)
+    return {key: typed_value(hints[key], data[key], key, origin) if key in data
+            else getattr(base, key) for key in WHAT_IF_FIELDS if key in data or base is not None}
 
 
 def _calibration(value: Any, params: CostParams | None, origin: Origin) -> CostParams:

@@ -138,6 +138,23 @@ class Topology:
         """Sum of the latencies of the links of a route."""
         return sum(self._links[index].latency_s for index in route)
 
+    def port_links(self, gpu_index: int, tier: str) -> tuple[int, ...]:
+        """Link indices of one GPU's port, both directions: tier "nvlink" its links to the
+        NVLink switch; tier "nic" its links to its NIC and the NIC's to the leaf."""
+        gpu = self._gpu_node(gpu_index)
+        if tier == "nvlink":
+            nodes = [(gpu, f"nvsw{self.domain_of(gpu_index)}")]
+        elif tier == "nic":
+            card = f"nic{gpu_index}"
+            if card not in self._graph:
+                raise ValueError(f"gpu {gpu_index} has no NIC: a topology of one NVLink domain "
+                                 "has no scale-out fabric")
+            nodes = [(card, other) for other in self._graph.successors(card)]
+        else:
+            raise ValueError(f"port tier {tier!r}: known are nvlink, nic")
+        return tuple(sorted(self._graph.edges[u, v]["index"] for pair in nodes
+                            for u, v in (pair, pair[::-1])))
+
     def with_capacity_scaled(self, link_indices: Iterable[int], factor: float) -> Topology:
         """A new topology with these links' capacity multiplied by factor (> 0); same indices."""
         if not _is_number(factor) or factor <= 0:

@@ -7,7 +7,8 @@ groups of global ranks it stands for). Tasks on different simulated ranks that s
 
 Vocabulary: a *rank* is a position in the parallel plan and equals the index of the GPU it is
 placed on; a *simulated rank* is a rank the engine replays (one representative per pipeline
-stage when folded, every rank when not).
+stage when folded, every rank when not, one per class of alike ranks when an asymmetric
+what-if partly unfolds the step) and stands for `gpus_per_rank` GPUs.
 """
 
 from __future__ import annotations
@@ -119,12 +120,21 @@ class Task:
 
 @dataclass(frozen=True, slots=True)
 class TaskGraph:
-    """Tasks indexed by id (ids are 0..n-1 and every dependency points to a smaller id)."""
+    """Tasks indexed by id (ids are 0..n-1 and every dependency points to a smaller id).
+
+    `gpus_per_rank`: how many GPUs each simulated rank stands for, in `simulated_ranks` order;
+    empty when they all stand for equally many.
+    """
 
     tasks: tuple[Task, ...]
     simulated_ranks: tuple[int, ...]
+    gpus_per_rank: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.gpus_per_rank and (len(self.gpus_per_rank) != len(self.simulated_ranks)
+                                   or min(self.gpus_per_rank) < 1):
+            raise ValueError(f"task graph: gpus_per_rank={self.gpus_per_rank} needs one count "
+                             f">= 1 per simulated rank ({len(self.simulated_ranks)})")
         for position, task in enumerate(self.tasks):
             if task.id != position:
                 raise ValueError(f"task graph: task {task.name} has id {task.id} at {position}")
@@ -163,14 +173,15 @@ class GraphBuilder:
         self._deps[name] = after
         return name
 
-    def build(self, simulated_ranks: tuple[int, ...]) -> TaskGraph:
+    def build(self, simulated_ranks: tuple[int, ...],
+              gpus_per_rank: tuple[int, ...] = ()) -> TaskGraph:
         order = self._topological_order()
         ids = {name: i for i, name in enumerate(order)}
         tasks = tuple(Task(id=ids[name], name=name,
                            deps=tuple(sorted(ids[d] for d in self._deps[name])),
                            **self._fields[name])  # type: ignore[arg-type]
                       for name in order)
-        return TaskGraph(tasks, simulated_ranks)
+        return TaskGraph(tasks, simulated_ranks, gpus_per_rank)
 
     def _topological_order(self) -> list[str]:
         graph = nx.DiGraph()

@@ -7,6 +7,12 @@ all-gather. Folded (the default) simulates one rank per pipeline stage, and each
 collectives stands for every instance of that collective in the stage, so that the network
 carries all of their traffic; unfolded simulates every rank with one group per collective.
 
+Partly unfolded (an asymmetric what-if: a straggler, a degraded link): the positions of a stage
+(rank % ranks_per_stage) fall into classes of ranks that behave alike (`position_classes`), and
+one rank per class and stage is simulated. A collective then stands for the groups of its kind
+in the stage whose members fall into the same classes; the ranks standing for those classes
+all take part in it. One class is the folded step, one class per position the unfolded one.
+
 Ordering on a rank: a unit starts when the previous unit's compute is done. With 1F1B
 all-to-all overlap, the forward and backward of a steady-state pair start together and their
 tasks interleave on the lanes, so one's all-to-all hides under the other's compute.
@@ -14,7 +20,8 @@ tasks interleave on the lanes, so one's all-to-all hides under the other's compu
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from workloads import blocks as blk
@@ -30,6 +37,10 @@ ATTENTION_BLOCKS = ("norms", "attn_proj", "core_attn")
 # Breakdown buckets of executed work that model FLOPs do not credit; the rest is "compute".
 CATEGORIES = {"router": "moe_overhead", "unpermute": "moe_overhead", "norms": "elementwise",
               "embedding": "elementwise", "loss": "elementwise"}
+# Groups that couple the ranks of one pipeline stage (the pipeline couples stages position-wise).
+COUPLING_KINDS = ("tp", "cp", "ep", "etp", "dp", "edp")
+# The groups one collective stands for, and the simulated ranks that take part in it.
+_Part = tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,24 +52,62 @@ class StepSpec:
     recipe: Recipe
 
 
-def simulated_ranks(plan: ParallelPlan, folded: bool) -> tuple[int, ...]:
-    """One rank per pipeline stage when folded (the first of each stage), else every rank."""
-    if folded:
-        return tuple(stage * plan.ranks_per_stage for stage in range(plan.pp))
-    return tuple(range(plan.num_gpus))
+def position_classes(plan: ParallelPlan, asymmetric: Sequence[Collection[int]] = (), *,
+                     folded: bool = True) -> tuple[int, ...]:
+    """The class of every position of a pipeline stage (rank % ranks_per_stage), numbered in
+    order of first appearance. Unfolded: a class per position. Folded: one class, less the
+    positions of each set of `asymmetric` ranks (ranks that behave unlike the rest), split until
+    every member of a class finds the same classes, as often, in its group of every coupling
+    kind (the coarsest equitable partition): the members of a class then meet the same
+    collectives at the same times, and one of them stands for all."""
+    size = plan.ranks_per_stage
+    if not folded:
+        return tuple(range(size))
+    marked = [frozenset(rank % size for rank in ranks) for ranks in asymmetric]
+    classes = _labels([tuple(p in m for m in marked) for p in range(size)])
+    if not any(marked):
+        return classes
+    kinds = [_group_index(plan, kind) for kind in COUPLING_KINDS]
+    while True:
+        counts = [[tuple(sorted(Counter(classes[p] for p in group).items())) for group in groups]
+                  for groups, _ in kinds]
+        refined = _labels([(classes[p],) + tuple(counts[k][index[p]]
+                                                 for k, (_, index) in enumerate(kinds))
+                           for p in range(size)])
+        if max(refined) == max(classes):
+            return classes
+        classes = refined
 
 
-def build_step(spec: StepSpec, *, folded: bool = True) -> TaskGraph:
-    """The task graph of one training step."""
-    return _Step(spec, folded).build()
+def _labels(signatures: Sequence[object]) -> tuple[int, ...]:
+    numbers: dict[object, int] = {}
+    return tuple(numbers.setdefault(s, len(numbers)) for s in signatures)
+
+
+def _group_index(plan: ParallelPlan,
+                 kind: str) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]]:
+    """The `kind` groups of the first stage (whose ranks are the positions) and, for every
+    position, the index of its group."""
+    groups = all_groups(plan, kind, 0)
+    return groups, {p: i for i, group in enumerate(groups) for p in group}
+
+
+def build_step(spec: StepSpec, *, folded: bool = True,
+               asymmetric: Sequence[Collection[int]] = ()) -> TaskGraph:
+    """The task graph of one training step; `asymmetric`: sets of ranks that behave unlike the
+    rest (see `position_classes`), simulated apart from the folded ranks when `folded`."""
+    return _Step(spec, position_classes(spec.plan, asymmetric, folded=folded)).build()
 
 
 class _Step:
     """Builds the graph; holds the per-block work and the group lookups."""
 
-    def __init__(self, spec: StepSpec, folded: bool) -> None:
+    def __init__(self, spec: StepSpec, classes: tuple[int, ...]) -> None:
         self.model, self.plan, self.recipe = spec.model, spec.plan, spec.recipe
-        self.folded = folded
+        self.classes = classes
+        self.first_of: dict[int, int] = {}
+        for position, number in enumerate(classes):
+            self.first_of.setdefault(number, position)
         self.stages = pipeline_layout(self.plan, self.model)
         self.g = GraphBuilder()
         self._attn: dict[bool, dict[str, blk.BlockWork]] = {}
@@ -69,34 +118,56 @@ class _Step:
         self.dispatch_bytes = (self.tokens * self.model.hidden_size * blk.BF16_BYTES
                                * blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
                                if self.model.is_moe else 0.0)
-        self._groups: dict[tuple[object, ...], tuple[tuple[int, ...], ...]] = {}
+        self._parts: dict[tuple[str, int], dict[tuple[int, ...], _Part]] = {}
+        self._part_of: dict[tuple[str, int], _Part | None] = {}
+        self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self.fsdp = self.plan.dp_sharding == "fsdp"
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
 
     def build(self) -> TaskGraph:
-        ranks = simulated_ranks(self.plan, self.folded)
+        size = self.plan.ranks_per_stage
+        ranks = tuple(sorted(stage * size + p for stage in range(self.plan.pp)
+                             for p in self.first_of.values()))
         for rank in ranks:
             self._rank(rank)
-        return self.g.build(ranks)
+        members = Counter(self.classes)
+        counts = tuple(members[self.classes[rank % size]] for rank in ranks)
+        return self.g.build(ranks, counts if len(set(counts)) > 1 else ())
 
     # --- groups -------------------------------------------------------------------------
     def _collective(self, op: Op, kind: str, rank: int, key: str, nbytes: float,
                     algorithm: str, held_sms: int = 0) -> Collective | None:
         """The collective of group `kind` for `rank`, or None for a group of one."""
-        group = group_of(self.plan, kind, rank)
-        if len(group) < 2:
+        part = self._part(kind, rank)
+        if part is None:
             return None
-        if self.folded:
-            stage = stage_of(self.plan, rank)
-            if (kind, stage) not in self._groups:
-                self._groups[kind, stage] = all_groups(self.plan, kind, stage)
-            groups = self._groups[kind, stage]
-            return Collective(op=op, key=f"{rank}/{key}", bytes_per_rank=nbytes, groups=groups,
-                              members=(rank,), algorithm=algorithm, held_sms=held_sms,
-                              graphed=self.recipe.cuda_graphs == "full")
-        return Collective(op=op, key=f"{group[0]}/{key}", bytes_per_rank=nbytes,
-                          groups=(group,), members=group, algorithm=algorithm,
+        groups, members = part
+        return Collective(op=op, key=f"{members[0]}/{key}", bytes_per_rank=nbytes,
+                          groups=groups, members=members, algorithm=algorithm,
                           held_sms=held_sms, graphed=self.recipe.cuda_graphs == "full")
+
+    def _part(self, kind: str, rank: int) -> _Part | None:
+        """The `kind` groups of `rank`'s stage whose members fall into the classes of `rank`'s
+        group's, and the simulated ranks of those classes; None for a group of one."""
+        if (kind, rank) not in self._part_of:
+            group = group_of(self.plan, kind, rank)
+            self._part_of[kind, rank] = None if len(group) < 2 else self._stage_parts(
+                kind, stage_of(self.plan, rank))[self._classes_of(group)]
+        return self._part_of[kind, rank]
+
+    def _stage_parts(self, kind: str, stage: int) -> dict[tuple[int, ...], _Part]:
+        if (kind, stage) not in self._parts:
+            parts: dict[tuple[int, ...], list[tuple[int, ...]]] = defaultdict(list)
+            for group in all_groups(self.plan, kind, stage):
+                parts[self._classes_of(group)].append(group)
+            first = stage * self.plan.ranks_per_stage
+            self._parts[kind, stage] = {
+                classes: (tuple(groups), tuple(sorted(first + self.first_of[c] for c in classes)))
+                for classes, groups in parts.items()}
+        return self._parts[kind, stage]
+
+    def _classes_of(self, group: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(sorted({self.classes[rank % self.plan.ranks_per_stage] for rank in group}))
 
     def _pp_peer(self, rank: int, delta: int) -> int:
         stage = stage_of(self.plan, rank)
@@ -185,14 +256,15 @@ class _Step:
                    collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
 
     def _pp_pairs(self, rank: int, peer: int) -> tuple[tuple[int, ...], ...]:
-        if not self.folded:
-            return ((rank, peer),)
-        offset, first = peer - rank, rank - rank % self.plan.ranks_per_stage
-        key = ("pp", first, offset)
-        if key not in self._groups:
-            self._groups[key] = tuple((r, r + offset) for r in
-                                      range(first, first + self.plan.ranks_per_stage))
-        return self._groups[key]
+        """(sender, receiver) of every send of the stage that `rank`'s send stands for."""
+        size = self.plan.ranks_per_stage
+        offset, first = peer - rank, rank - rank % size
+        number = self.classes[rank - first]
+        key = (first, offset, number)
+        if key not in self._pairs:
+            self._pairs[key] = tuple((r, r + offset) for r in range(first, first + size)
+                                     if self.classes[r - first] == number)
+        return self._pairs[key]
 
     # --- layers -------------------------------------------------------------------------
     def _symbols(self, rank: int, unit: Unit, prefix: str, symbols: tuple[str, ...],
