@@ -2,8 +2,9 @@
 
 A row (schema in ../shared/data/README.md) becomes a Scenario: the catalog system of its GPU,
 the catalog model with the row's MTP depth, the row's plan, and its release's recipe with the
-row's explicit flags on top. The error is on tokens/s where the row measured it (FLOPs
-formulas differ between sources), else on TFLOP/s under the row's own formula:
+row's explicit flags on top. A long step is extrapolated from two short ones
+(simulator.steady_state, exact under 1F1B). Predicted TFLOP/s count FLOPs with the row's own
+`flops_formula`. The error is on tokens/s where the row measured it, else on TFLOP/s:
 
     error_pct = 100 * (predicted / measured - 1)
 
@@ -21,12 +22,14 @@ from typing import Any
 import pandas as pd
 
 from topologies.systems import load_system
+from workloads.flops import reported_flops_per_token
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import Recipe, recipe, recipe_with
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams
-from simulator.scenario import Scenario, default_domain_size, run_scenario
+from simulator.scenario import Scenario, default_domain_size
+from simulator.steady_state import run_steady_state
 
 SYSTEM_OF_GPU = {"gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "b200": "dgx-b200",
                  "b300": "dgx-b300", "h100": "dgx-h100", "h800": "hgx-h800", "h200": "hgx-h200"}
@@ -134,12 +137,15 @@ def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> Ro
     common = dict(name=row["name"], gpu=row["gpu"], model=row["model"],
                   measured_tokens_per_s_per_gpu=tokens, measured_tflops_per_gpu=tflops)
     try:
-        result = run_scenario(replace(row_scenario(row), params=params))
+        scenario = replace(row_scenario(row), params=params)
+        metrics = run_steady_state(scenario)
+        flops_per_token = reported_flops_per_token(scenario.model, scenario.plan.seq_len,
+                                                   row["flops_formula"], scenario.plan.tp)
     except ValueError as failure:
         return RowResult(status="failed", reason=str(failure), predicted_tokens_per_s_per_gpu=None,
                          predicted_tflops_per_gpu=None, error_pct=None, **common)
-    predicted_tokens = result.metrics.tokens_per_s_per_gpu
-    predicted_tflops = result.metrics.tflops_per_gpu
+    predicted_tokens = metrics.tokens_per_s_per_gpu
+    predicted_tflops = predicted_tokens * flops_per_token / 1e12
     if tokens is not None:
         error = 100 * (predicted_tokens / tokens - 1)
     else:

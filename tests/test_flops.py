@@ -5,6 +5,7 @@ from dataclasses import replace
 import pytest
 
 from workloads import flops
+from workloads.flops import model_flops_per_token, reported_flops_per_token
 from workloads.models import MODELS, ModelSpec, model_spec
 
 DSV3 = MODELS["deepseek-v3"]
@@ -166,3 +167,29 @@ def test_model_lookup_and_errors() -> None:
                   ffn_hidden_size=128, attention="mha")
     with pytest.raises(ValueError, match="seq_len=0"):
         flops.core_attention_fwd_flops(DSV3, 0)
+
+
+# --- formulas of other sources ------------------------------------------------------------
+
+@pytest.mark.parametrize("name, seq_len, expected_gflops", [
+    ("llama3-70b", 8192, 481.0), ("llama3-8b", 8192, 57.9), ("mixtral-8x7b", 4096, 82.9),
+])
+def test_nemo_noncausal_counts_match_the_published_per_token_figures(name, seq_len,
+                                                                     expected_gflops):
+    """NeMo's figures (../shared/data/README.md, flops_formula) are Megatron + full attention."""
+    gflops = reported_flops_per_token(model_spec(name), seq_len, "megatron-noncausal") / 1e9
+    assert gflops == pytest.approx(expected_gflops, rel=2e-3)
+
+
+def test_torchtitan_counts_6n_plus_full_attention_without_mtp():
+    """281.158 GF/token for DeepSeek-V3 at 4,096 (deepseek-v3-and-flops.md §3.1)."""
+    dsv3 = model_spec("deepseek-v3").with_mtp(0)
+    assert reported_flops_per_token(dsv3, 4096, "torchtitan") / 1e9 == pytest.approx(281.158,
+                                                                                     abs=1e-3)
+
+
+def test_causal_and_derived_are_megatrons_count_and_unknown_formulas_are_refused():
+    dsv3 = model_spec("deepseek-v3")
+    assert reported_flops_per_token(dsv3, 4096, "derived") == model_flops_per_token(dsv3, 4096)
+    with pytest.raises(ValueError, match="flops_formula='maxtext'"):
+        reported_flops_per_token(dsv3, 4096, "maxtext")

@@ -128,3 +128,29 @@ def model_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, tp: 
     if global_batch < 1:
         raise ValueError(f"global_batch={global_batch}: must be >= 1")
     return model_flops_per_token(model, seq_len, tp) * seq_len * global_batch
+
+
+# How sources count model FLOPs (../shared/data/README.md `flops_formula`): Megatron with
+# causal halving; NeMo's older Megatron without it; TorchTitan's 6N + full attention; the
+# DeepSeek production row, derived from Megatron's count with MTP.
+FLOPS_FORMULAS = ("megatron-causal", "megatron-noncausal", "torchtitan", "derived")
+
+
+def reported_flops_per_token(model: ModelSpec, seq_len: int, formula: str, tp: int = 1) -> float:
+    """FLOPs per token as a source's `formula` counts them (for TFLOP/s comparisons).
+
+    megatron-noncausal counts every key of full-attention layers (core attention twice the
+    causal count); torchtitan is 6 x the active matmul parameters (all but the input
+    embedding) + 6 x layers x seq x the attention widths, with no causal halving and no MTP
+    attention (deepseek-v3-and-flops.md §3.1)."""
+    if formula in ("megatron-causal", "derived"):
+        return model_flops_per_token(model, seq_len, tp)
+    if formula == "megatron-noncausal":
+        full = _core_attention_flops(model, causal_keys_per_query(seq_len))
+        extra = (model.num_layers + model.mtp_layers - model.num_window_layers) * full
+        return model_flops_per_token(model, seq_len, tp) + FWD_BWD_FACTOR * extra
+    if formula == "torchtitan":
+        matmul = model.active_params() - model.embedding_params
+        attention = model.num_layers * _core_attention_flops(model, float(seq_len))
+        return FWD_BWD_FACTOR * (2.0 * matmul + attention)
+    raise ValueError(f"flops_formula={formula!r}: known are {', '.join(FLOPS_FORMULAS)}")
