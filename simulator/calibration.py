@@ -4,7 +4,8 @@ Defaults come from first principles and published micro-benchmarks (never from t
 training runs that moesim is validated against): GEMM and attention efficiencies are the share
 of the dense tensor peak that large kernels reach, communication efficiencies are the share of
 line rate that NCCL or an EP dispatcher reaches, launch costs are the CPU and GPU time around
-one kernel. `moesim calibrate` (a later issue) refits them and writes the same fields to a file.
+one kernel. `moesim calibrate` refits them and writes the same fields to a file; the fit it
+made of ../shared/data/calibration.csv ships as calibration.yaml and is DEFAULT_PARAMS.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class CostParams:
     memory_efficiency: float = 0.80
     # CPU time to launch one eager PyTorch kernel (framework + driver), seconds.
     host_launch_s: float = 8e-6
+    # How many times as long the router's permutation and the unpermute take without TE's
+    # fused permute kernel ("up to 10x" unit speed-up, TE PR 1927; GB200 guide §2.1.1).
+    unfused_permute_slowdown: float = 10.0
+    # How many times as long a launch takes when the rank's CPU and memory are not bound to
+    # its GPU's NUMA node (remote memory, migrating threads; the GB200 guide §2.4 measured
+    # bindpcie as its second-largest single gain). No micro-benchmark found: fitted.
+    unbound_host_slowdown: float = 1.3
     # GPU idle between dependent kernels launched eagerly vs from a CUDA graph, seconds.
     kernel_gap_s: float = 2e-6
     graphed_kernel_gap_s: float = 0.5e-6
@@ -77,6 +85,9 @@ class CostParams:
                     raise ValueError(f"{name}[{key}]={value}: must be in (0, 1]")
         if not 0 < self.memory_efficiency <= 1:
             raise ValueError(f"memory_efficiency={self.memory_efficiency}: must be in (0, 1]")
+        for name in ("unbound_host_slowdown", "unfused_permute_slowdown"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         for name in ("host_launch_s", "kernel_gap_s", "graphed_kernel_gap_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 0")
@@ -99,9 +110,16 @@ class CostParams:
         return self.collective_overhead_s.get(algorithm, self.collective_overhead_s["nccl"])
 
 
-DEFAULT_PARAMS = CostParams()
+def host_params(params: CostParams, numa_bound: bool) -> CostParams:
+    """`params` as a rank's CPU sees them: launches slow down when it is not NUMA-bound."""
+    if numa_bound:
+        return params
+    return replace(params, host_launch_s=params.host_launch_s * params.unbound_host_slowdown)
+
+
+FIRST_PRINCIPLES = CostParams()
 SCALAR_FIELDS = tuple(f.name for f in fields(CostParams)
-                      if isinstance(getattr(DEFAULT_PARAMS, f.name), float))
+                      if isinstance(getattr(FIRST_PRINCIPLES, f.name), float))
 
 
 def params_value(params: CostParams, key: str) -> float:
@@ -145,7 +163,7 @@ def load_calibration(path: str | Path, base: CostParams | None = None) -> CostPa
     if not isinstance(entries, dict):
         raise ValueError(f"calibration {path}: key 'parameters' must be a mapping of "
                          "key -> {value: number}")
-    params = CostParams() if base is None else base
+    params = FIRST_PRINCIPLES if base is None else base
     for key, entry in entries.items():
         value = entry.get("value") if isinstance(entry, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -153,3 +171,11 @@ def load_calibration(path: str | Path, base: CostParams | None = None) -> CostPa
                              "a number")
         params = params_with(params, str(key), float(value))
     return params
+
+
+# The calibration `moesim calibrate ../shared/data/calibration.csv` produced (the file records
+# the command, the data's hash and every parameter's meaning); `moesim calibrate` itself
+# starts from FIRST_PRINCIPLES.
+SHIPPED_CALIBRATION = Path(__file__).with_name("calibration.yaml")
+DEFAULT_PARAMS = (load_calibration(SHIPPED_CALIBRATION, FIRST_PRINCIPLES)
+                  if SHIPPED_CALIBRATION.exists() else FIRST_PRINCIPLES)

@@ -3,7 +3,8 @@
     t = max(flops / (peak[precision] * eff[class, precision]),
             hbm_bytes / (hbm_bandwidth * eff_memory)) + kernels * gap
 
-`gap` is the GPU idle between dependent kernels (smaller inside a CUDA graph). The CPU time to
+`gap` is the GPU idle between dependent kernels (smaller inside a CUDA graph or with
+programmatic dependent launch). The CPU time to
 launch eager kernels is not here: the engine replays it on a host lane per GPU, so that it is
 hidden when the CPU runs ahead and exposed after a host synchronisation.
 """
@@ -44,7 +45,9 @@ def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     if work.flops > 0:
         math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, gpu, params))
     memory_s = work.hbm_bytes / (gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency)
-    gap_s = params.graphed_kernel_gap_s if work.graphed else params.kernel_gap_s
+    if work.kernel_class == KernelClass.UNFUSED_PERMUTE:
+        memory_s *= params.unfused_permute_slowdown
+    gap_s = params.graphed_kernel_gap_s if work.graphed or work.pdl else params.kernel_gap_s
     return max(math_s, memory_s) + work.kernels * gap_s
 
 

@@ -3,23 +3,33 @@
     minimise  sum_rows ( log(predicted_row(theta) / measured_row) )^2,   lower <= theta <= upper
 
 Each parameter has a physical meaning and bounds (FitParameter); nothing is per model or per
-row. Rows that cannot run are left out of the sum and counted. The Jacobian is estimated by
-finite differences, so one evaluation re-simulates every row (use `jobs` to parallelise).
+row. Rows that cannot run are left out of the sum and counted.
+
+Every residual is a whole simulation, so the solver spends them carefully: the Jacobian is
+estimated once by forward differences on short steps (`short_row`: two micro batches per
+stage), each column re-simulating only the rows the parameter can touch (`touches`: an
+architecture's efficiency only that architecture's rows, a dispatcher's efficiency only rows
+using it, ...), and then kept current by Broyden updates while damped Gauss-Newton steps
+(bounded linear least squares, Levenberg-Marquardt damping) walk downhill, each step judged
+on every row's whole step.
 """
 
 from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-from scipy.optimize import least_squares
+from scipy.optimize import lsq_linear
 
-from simulator.calibration import DEFAULT_PARAMS, CostParams, params_value, params_with
-from simulator.validation import RowResult, validate_rows
+from topologies.systems import system_gpu
+
+from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
+from simulator.scenario import Scenario
+from simulator.validation import RowResult, row_scenario, validate_rows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -63,6 +73,10 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
                  meaning="share of NIC line rate that DeepEP reaches across nodes"),
     FitParameter(key="comm_efficiency.nccl-network", lower=0.3, upper=1.0,
                  meaning="share of NIC line rate that NCCL collectives reach"),
+    FitParameter(key="unbound_host_slowdown", lower=1.0, upper=3.0,
+                 meaning="times as long a kernel launch takes without NUMA binding"),
+    FitParameter(key="unfused_permute_slowdown", lower=1.0, upper=10.0,
+                 meaning="times as long MoE permute/unpermute take without TE's fused kernel"),
 )
 
 
@@ -75,12 +89,8 @@ class FitResult:
     rows_used: int
     rows_failed: int
     evaluations: int
-
-
-def log_errors(results: list[RowResult]) -> np.ndarray:
-    """log(predicted / measured) of every row that ran."""
-    return np.array([math.log1p(r.error_pct / 100) for r in results
-                     if r.status == "ok" and r.error_pct is not None])
+    initial_rows: tuple[RowResult, ...] = ()
+    final_rows: tuple[RowResult, ...] = ()
 
 
 def _with_values(base: CostParams, parameters: tuple[FitParameter, ...],
@@ -91,32 +101,151 @@ def _with_values(base: CostParams, parameters: tuple[FitParameter, ...],
     return params
 
 
+DISPATCHER_KEYS = ("hybridep", "deepep", "alltoall", "allgather")
+
+
+def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
+    """Whether cost parameter `key` can change `scenario`'s step under `params` (used to
+    skip rows when differencing; when unsure, True)."""
+    name, _, entry = key.partition(".")
+    recipe, gpu = scenario.recipe, system_gpu(scenario.system)
+    if name == "unbound_host_slowdown":
+        return not recipe.host_numa_bound
+    if name == "unfused_permute_slowdown":
+        return scenario.model.is_moe and not recipe.permute_fusion
+    if name in ("comm_efficiency", "collective_overhead_s"):
+        algorithm = entry.split("-")[0]
+        return algorithm not in DISPATCHER_KEYS or (
+            scenario.model.is_moe and recipe.dispatcher == algorithm)
+    if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):
+        architecture, _, precision = entry.rpartition("-")
+        if architecture:
+            return gpu.architecture == architecture
+        return f"{gpu.architecture}-{precision}" not in getattr(params, name)
+    return True
+
+
+def _touched_rows(parameters: tuple[FitParameter, ...], scenarios: list[Scenario | None],
+                  params: CostParams) -> list[np.ndarray]:
+    return [np.array([i for i, s in enumerate(scenarios)
+                      if s is not None and touches(p.key, s, params)], dtype=int)
+            for p in parameters]
+
+
+def _scenario_or_none(row: dict[str, Any]) -> Scenario | None:
+    try:
+        return row_scenario(row)
+    except ValueError:
+        return None
+
+
+def short_row(row: dict[str, Any]) -> dict[str, Any]:
+    """The row with its global batch cut to two micro batches per pipeline stage: a cheap
+    stand-in whose sensitivities to the cost parameters approximate the whole step's (the
+    Jacobian only steers the steps; every step is judged on whole steps)."""
+    try:
+        plan = row_scenario(row).plan
+    except ValueError:
+        return row
+    microbatches = 2 * plan.pp
+    if plan.num_microbatches <= microbatches:
+        return row
+    return {**row, "gbs": str(microbatches * plan.dp * plan.mbs)}
+
+
+def _errors(results: list[RowResult]) -> np.ndarray:
+    return np.array([math.log1p(r.error_pct / 100) if r.status == "ok" and
+                     r.error_pct is not None else math.nan for r in results])
+
+
+@dataclass(slots=True)
+class _Counter:
+    """Residual evaluations so far (a partial Jacobian column counts as one), and the rows of
+    the latest."""
+
+    calls: int = 0
+    results: list[RowResult] = field(default_factory=list)
+
+
 def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAULT_FIT, *,
-        base: CostParams = DEFAULT_PARAMS, jobs: int = 1, max_evaluations: int = 200,
+        base: CostParams = FIRST_PRINCIPLES, jobs: int = 1, max_evaluations: int = 40,
         progress: Callable[[int, float], None] | None = None) -> FitResult:
     """Least-squares fit of `parameters` (starting from `base`) to the rows' measurements."""
     lower = np.array([p.lower for p in parameters])
     upper = np.array([p.upper for p in parameters])
-    start = np.clip([params_value(base, p.key) for p in parameters], lower, upper)
-    failed = sum(r.status != "ok" for r in validate_rows(rows, base, jobs))
-    calls = [0]
+    width = upper - lower
+    x = np.clip([params_value(base, p.key) for p in parameters], lower, upper)
+    counter = _Counter()
 
-    def residuals(values: np.ndarray) -> np.ndarray:
-        errors = log_errors(validate_rows(rows, _with_values(base, parameters, values), jobs))
-        calls[0] += 1
-        if progress is not None:
-            progress(calls[0], float(np.sqrt(np.mean(errors ** 2))))
-        return errors
+    def errors(values: np.ndarray, subset: list[dict[str, Any]]) -> np.ndarray:
+        counter.calls += 1
+        counter.results = validate_rows(subset, _with_values(base, parameters, values), jobs)
+        return _errors(counter.results)
 
-    initial = residuals(start)
-    solution = least_squares(residuals, start, bounds=(lower, upper), diff_step=1e-2,
-                             x_scale="jac", max_nfev=max_evaluations)
-    final = residuals(solution.x)
-    return FitResult(params=_with_values(base, parameters, solution.x),
-                     values={p.key: float(v) for p, v in zip(parameters, solution.x)},
-                     initial_rms_log_error=float(np.sqrt(np.mean(initial ** 2))),
-                     final_rms_log_error=float(np.sqrt(np.mean(final ** 2))),
-                     rows_used=len(final), rows_failed=failed, evaluations=calls[0])
+    first = errors(x, rows)
+    initial_results = counter.results
+    used = [row for row, e in zip(rows, first) if not math.isnan(e)]
+    residual = first[~np.isnan(first)]
+    failed = len(rows) - len(used)
+    initial_rms = _rms(residual)
+    if progress is not None:
+        progress(counter.calls, initial_rms)
+    touched = _touched_rows(parameters, [_scenario_or_none(r) for r in used],
+                            _with_values(base, parameters, x))
+    short = [short_row(row) for row in used]
+    short_residual = errors(x, short)
+    jacobian = np.zeros((len(used), len(parameters)))
+    for column, indices in enumerate(touched):
+        if indices.size == 0 or counter.calls >= max_evaluations:
+            continue
+        step = 0.05 * width[column] * (1 if x[column] + 0.05 * width[column] <= upper[column]
+                                       else -1)
+        probe = x.copy()
+        probe[column] += step
+        moved = errors(probe, [short[i] for i in indices])
+        jacobian[indices, column] = (moved - short_residual[indices]) / step
+    damping = 1e-3
+    final_results = [r for r in initial_results if r.status == "ok"]
+    while counter.calls < max_evaluations and residual.size:
+        step = _damped_step(jacobian, residual, x, lower, upper, width, damping)
+        if np.all(np.abs(step) < 1e-6 * width):
+            break
+        trial = errors(x + step, used)
+        if np.isnan(trial).any():
+            raise ValueError("calibrate: a row that ran at the start failed at trial values "
+                             f"{dict(zip((p.key for p in parameters), x + step))}")
+        jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
+        if _rms(trial) < _rms(residual):
+            improvement = _rms(residual) - _rms(trial)
+            x, residual, damping = x + step, trial, damping / 3
+            final_results = counter.results
+            if progress is not None:
+                progress(counter.calls, _rms(residual))
+            if improvement < 1e-5:
+                break
+        else:
+            damping *= 4
+    return FitResult(params=_with_values(base, parameters, x),
+                     values={p.key: float(v) for p, v in zip(parameters, x)},
+                     initial_rms_log_error=initial_rms, final_rms_log_error=_rms(residual),
+                     rows_used=len(used), rows_failed=failed, evaluations=counter.calls,
+                     initial_rows=tuple(initial_results), final_rows=tuple(final_results))
+
+
+def _rms(errors: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(errors ** 2))) if errors.size else math.nan
+
+
+def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, lower: np.ndarray,
+                 upper: np.ndarray, width: np.ndarray, damping: float) -> np.ndarray:
+    """The bounded Levenberg-Marquardt step: min |J d + r|^2 + damping |d / width|^2 * |J|^2
+    with lower <= x + d <= upper (scaled by each parameter's range)."""
+    scaled = jacobian * width
+    scale = max(float(np.linalg.norm(scaled)), 1e-12)
+    matrix = np.vstack([scaled, math.sqrt(damping) * scale * np.eye(len(x))])
+    target = np.concatenate([-residual, np.zeros(len(x))])
+    solution = lsq_linear(matrix, target, bounds=((lower - x) / width, (upper - x) / width))
+    return np.asarray(solution.x) * width
 
 
 def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...],

@@ -14,18 +14,21 @@ A row moesim cannot run is reported with its reason and counted, never skipped.
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
+import re
+import sys
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from tqdm import tqdm
 
 from topologies.systems import load_system
 from workloads.flops import reported_flops_per_token
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
-from workloads.recipes import Recipe, recipe, recipe_with
+from workloads.recipes import GB200_GUIDE, Recipe, guide_step_recipe, recipe, recipe_with
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams
 from simulator.scenario import Scenario, default_domain_size
@@ -41,6 +44,7 @@ REQUIRED_COLUMNS = ("name", "model", "gpu", "num_gpus", "precision", "tp", "pp",
                     "recompute", "dispatcher", "cuda_graphs", "a2a_overlap", "fp8_attention",
                     "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
                     "flops_formula")
+LADDER_NAME = re.compile(r"ladder-gb200-(\d\d)\b")
 INTEGER_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len",
                    "fsdp", "mtp_layers")
 
@@ -87,6 +91,15 @@ def _flag(text: str) -> bool | None:
     return None if not text.strip() else text.strip() == "1"
 
 
+def _release_recipe(row: dict[str, Any]) -> Recipe:
+    """The row's release; a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
+    the name, data/README.md) gets the guide's recipe after step NN."""
+    ladder = LADDER_NAME.match(row["name"])
+    if row["release"] == GB200_GUIDE and ladder:
+        return guide_step_recipe(int(ladder.group(1)))
+    return recipe(row["release"])
+
+
 def row_recipe(row: dict[str, Any]) -> Recipe:
     """The release's recipe with the row's explicit flags applied."""
     changes: dict[str, Any] = {"precision": row["precision"]}
@@ -101,7 +114,7 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
     for column, field in (("a2a_overlap", "a2a_overlap"), ("fp8_attention", "fp8_attention")):
         if _flag(row[column]) is not None:
             changes[field] = _flag(row[column])
-    base = recipe(row["release"])
+    base = _release_recipe(row)
     if changes.get("a2a_overlap"):
         changes["shared_expert_overlap"] = False
     if changes["precision"] == "bf16":
@@ -156,12 +169,22 @@ def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> Ro
 
 
 def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAMS,
-                  jobs: int = 1) -> list[RowResult]:
-    """Every row's result, in the rows' order; `jobs` > 1 runs rows in parallel processes."""
-    if jobs <= 1:
-        return [validate_row(row, params) for row in rows]
-    with ProcessPoolExecutor(max_workers=jobs) as pool:
-        return list(pool.map(validate_row, rows, [params] * len(rows)))
+                  jobs: int = 1, progress: bool = False) -> list[RowResult]:
+    """Every row's result, in the rows' order; `jobs` > 1 runs rows in parallel processes;
+    `progress` shows a progress bar on stderr."""
+    bar = tqdm(total=len(rows), unit="row", disable=not progress, file=sys.stderr)
+    with bar:
+        if jobs <= 1:
+            results = []
+            for row in rows:
+                results.append(validate_row(row, params))
+                bar.update()
+            return results
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(validate_row, row, params) for row in rows]
+            for _ in as_completed(futures):
+                bar.update()
+            return [future.result() for future in futures]
 
 
 def _stats(errors: list[float]) -> dict[str, float]:

@@ -26,13 +26,59 @@ BACKWARD_GEMM_FACTOR = 2.0
 BACKWARD_ATTENTION_FACTOR = 2.5
 # Blocks a TE-scoped ("partial") CUDA graph captures: attention, router and preprocessing,
 # and the shared expert (Megatron-LM cuda-graph-scope attn, moe_router, moe_preprocess).
+# The shared expert only with graph_shared_expert and without shared-expert overlap (guide §2.3).
 PARTIAL_GRAPH_BLOCKS = frozenset({"norms", "attn_proj", "core_attn", "router", "shared_expert",
                                   "dense_mlp"})
+# Blocks whose FP8 quantisation kernels launch with programmatic dependent launch (recipe.pdl).
+PDL_BLOCKS = frozenset({"norms", "attn_proj", "experts", "shared_expert", "dense_mlp"})
 # Kernel launches per block (forward, backward), counted from Megatron Core / TE modules.
-KERNELS = {"norms": (4, 6), "attn_proj": (14, 24), "core_attn": (2, 4), "router": (10, 10),
-           "experts": (6, 10), "unpermute": (3, 3), "shared_expert": (5, 8),
+# The router's and the routed experts' counts depend on the recipe (_router_kernels,
+# _expert_kernels); here the experts' fixed part (activation, bookkeeping).
+KERNELS = {"norms": (4, 6), "attn_proj": (14, 24), "core_attn": (2, 4), "experts": (6, 10),
+           "unpermute": (3, 3), "shared_expert": (5, 8),
            "dense_mlp": (5, 8), "embedding": (2, 2), "logits": (3, 4), "loss": (4, 4),
            "mtp_proj": (4, 6), "optimizer": (12, 12)}
+
+# Router and EP preprocessing, forward + backward: 72 kernels unfused, 31 with router fusion
+# (guide §2.1.4); a flex dispatcher (DeepEP/HybridEP) fuses the preprocessing, 31 -> 17
+# (guide §2.2.1). `guide` = Megatron-LM docs/discussions/deepseek-v3-gb200-optimization.
+ROUTER_KERNELS_UNFUSED, ROUTER_KERNELS_FUSED, FLEX_PREPROCESS_SAVED_KERNELS = 72, 31, 14
+# MCore's MXFP8 grouped GEMM is multi-stream cuBLAS (guide §1 item 3): every local expert's
+# GEMMs are launches of their own, each quantised operand its own kernel. Per local expert
+# (forward, backward): fc1 and fc2 GEMMs plus their input quantisation (4, 8); without pooled
+# scale buffers, a torch.zeros per row- and column-wise scale of each quantised input
+# (+4, +8; guide §2.1.2); without the fused swizzle, a swizzle per scale tensor (+4, +8;
+# guide §2.1.3). BF16 experts: the GEMMs alone (2, 4).
+EXPERT_GEMM_KERNELS = {"bf16": (2, 4), "quantised": (4, 8)}
+EXPERT_SCALE_ALLOC_KERNELS = (4, 8)
+EXPERT_SWIZZLE_KERNELS = (4, 8)
+# Without permute fusion, the router's permutation and the unpermute run as unfused
+# kernels, up to 10x slower than TE's fused one when top-k << experts (TE PR 1927, guide
+# §2.1.1): KernelClass.UNFUSED_PERMUTE, slowed by CostParams.unfused_permute_slowdown.
+# Fusing MXFP8 quantisation into the norm (cuDNN, guide §2.1.5) saves a kernel per norm
+# each way and one pass over the normalised activations.
+NORM_QUANT_FUSED_SAVED_KERNELS = (2, 2)
+
+
+def _router_kernels(recipe: Recipe) -> tuple[int, int]:
+    total = ROUTER_KERNELS_FUSED if recipe.router_fusion else ROUTER_KERNELS_UNFUSED
+    if recipe.dispatcher not in ("alltoall", "allgather"):
+        total -= FLEX_PREPROCESS_SAVED_KERNELS
+    return (total + 1) // 2, total // 2
+
+
+def _expert_kernels(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> tuple[int, int]:
+    local_experts = max(1, model.num_experts // plan.ep)
+    base_fwd, base_bwd = KERNELS["experts"]
+    if recipe.precision == "bf16":
+        per_fwd, per_bwd = EXPERT_GEMM_KERNELS["bf16"]
+    else:
+        per_fwd, per_bwd = EXPERT_GEMM_KERNELS["quantised"]
+        for fused, extra in ((recipe.quant_alloc_fusion, EXPERT_SCALE_ALLOC_KERNELS),
+                             (recipe.swizzle_fusion, EXPERT_SWIZZLE_KERNELS)):
+            if not fused:
+                per_fwd, per_bwd = per_fwd + extra[0], per_bwd + extra[1]
+    return base_fwd + local_experts * per_fwd, base_bwd + local_experts * per_bwd
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,25 +107,33 @@ def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Reci
 
 
 def _graphed(block: str, recipe: Recipe) -> bool:
-    return recipe.cuda_graphs == "full" or (
-        recipe.cuda_graphs == "partial" and block in PARTIAL_GRAPH_BLOCKS)
+    if recipe.cuda_graphs == "full":
+        return True
+    if block == "shared_expert":
+        return (recipe.cuda_graphs == "partial" and recipe.graph_shared_expert
+                and not recipe.shared_expert_overlap)
+    return recipe.cuda_graphs == "partial" and block in PARTIAL_GRAPH_BLOCKS
 
 
 def _gemm(block: str, fwd_flops: float, hbm_bytes: float, precision: str, recipe: Recipe,
           kernel_class: KernelClass = KernelClass.GEMM,
-          backward_factor: float = BACKWARD_GEMM_FACTOR) -> BlockWork:
-    fwd_kernels, bwd_kernels = KERNELS[block]
+          backward_factor: float = BACKWARD_GEMM_FACTOR,
+          kernels: tuple[int, int] | None = None) -> BlockWork:
+    fwd_kernels, bwd_kernels = kernels or KERNELS[block]
     graphed = _graphed(block, recipe)
+    pdl = recipe.pdl and block in PDL_BLOCKS and precision != "bf16"
     forward = Work(flops=fwd_flops, hbm_bytes=hbm_bytes, kernel_class=kernel_class,
-                   precision=precision, kernels=fwd_kernels, graphed=graphed)
+                   precision=precision, kernels=fwd_kernels, graphed=graphed, pdl=pdl)
     backward = Work(flops=fwd_flops * backward_factor, hbm_bytes=2 * hbm_bytes,
                     kernel_class=kernel_class, precision=precision, kernels=bwd_kernels,
-                    graphed=graphed)
+                    graphed=graphed, pdl=pdl)
     return BlockWork(forward=forward, backward=backward)
 
 
-def _memory(block: str, hbm_bytes: float, recipe: Recipe) -> BlockWork:
-    return _gemm(block, 0.0, hbm_bytes, "bf16", recipe, KernelClass.MEMORY)
+def _memory(block: str, hbm_bytes: float, recipe: Recipe,
+            kernels: tuple[int, int] | None = None, precision: str = "bf16") -> BlockWork:
+    return _gemm(block, 0.0, hbm_bytes, precision, recipe, KernelClass.MEMORY,
+                 kernels=kernels)
 
 
 def _with_recompute(block: BlockWork, recomputed: bool) -> BlockWork:
@@ -95,6 +149,17 @@ def _mla_up_proj_flops(model: ModelSpec) -> float:
     return 2.0 * (q_up + kv_up)
 
 
+def _norms(elements: float, recipe: Recipe) -> BlockWork:
+    """Norms, residual adds and the activations' quantisation: 7 passes over h per token,
+    6 and two kernels fewer each way when cuDNN fuses the quantisation into the norm."""
+    fwd, bwd = KERNELS["norms"]
+    if recipe.norm_quant_fusion and recipe.precision != "bf16":
+        saved_fwd, saved_bwd = NORM_QUANT_FUSED_SAVED_KERNELS
+        return _memory("norms", elements * 6 * BF16_BYTES, recipe,
+                       (fwd - saved_fwd, bwd - saved_bwd), recipe.precision)
+    return _memory("norms", elements * 7 * BF16_BYTES, recipe, precision=recipe.precision)
+
+
 def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
                      layer: int | None = None) -> dict[str, BlockWork]:
     """Norms (with residuals and quantisation), attention projections, core attention of
@@ -102,7 +167,7 @@ def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
     tokens, h = tokens_per_gpu(plan), model.hidden_size
     modules = set(recipe.recompute_modules)
     full = "full" in modules
-    norms = _memory("norms", tokens * h * 7 * BF16_BYTES, recipe)
+    norms = _norms(tokens * h, recipe)
     proj = _gemm("attn_proj", tokens * flops.attention_linear_fwd_flops(model),
                  tokens * h * 4 * BF16_BYTES, recipe.precision, recipe)
     if "mla_up_proj" in modules and model.attention == "mla" and not full:
@@ -125,19 +190,23 @@ def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str
     whole = bool({"full", "moe"} & modules)
     pairs = tokens * k
     padded = pairs * (recipe.expert_capacity_factor or 1.0)
+    permute = KernelClass.GEMM if recipe.permute_fusion else KernelClass.UNFUSED_PERMUTE
     router = _gemm("router", tokens * flops.router_fwd_flops(model),
-                   (tokens * h + 2 * pairs * h) * BF16_BYTES, "bf16", recipe)
+                   (tokens * h + 2 * pairs * h) * BF16_BYTES, "bf16", recipe, permute,
+                   kernels=_router_kernels(recipe))
+    unpermute = _gemm("unpermute", 0.0, 2 * pairs * h * BF16_BYTES, "bf16", recipe,
+                      KernelClass.MEMORY if recipe.permute_fusion else permute)
     experts = _gemm("experts", padded * flops.expert_fwd_flops(model),
                     padded * (h + model.moe_ffn_hidden_size) * 2 * BF16_BYTES, recipe.precision,
-                    recipe, KernelClass.GROUPED_GEMM)
+                    recipe, KernelClass.GROUPED_GEMM,
+                    kernels=_expert_kernels(model, plan, recipe))
     if "moe_act" in modules and not whole:
         act_bytes = pairs * model.moe_ffn_hidden_size * 3 * BF16_BYTES
         experts = BlockWork(forward=experts.forward, backward=experts.backward,
                             recompute=_memory("experts", act_bytes, recipe).forward)
     blocks = {"router": _with_recompute(router, whole),
               "experts": _with_recompute(experts, whole),
-              "unpermute": _with_recompute(_memory("unpermute", 2 * pairs * h * BF16_BYTES,
-                                                   recipe), whole)}
+              "unpermute": _with_recompute(unpermute, whole)}
     if model.moe_shared_expert_intermediate_size:
         shared = _gemm("shared_expert", tokens * flops.shared_expert_fwd_flops(model),
                        tokens * h * 2 * BF16_BYTES, recipe.precision, recipe)

@@ -46,11 +46,14 @@ class KernelClass(StrEnum):
     GROUPED_GEMM = "grouped_gemm"
     ATTENTION = "attention"
     MEMORY = "memory"
+    UNFUSED_PERMUTE = "unfused_permute"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Work:
-    """Executed work of a compute task: FLOPs at a precision, HBM bytes, kernel launches."""
+    """Executed work of a compute task: FLOPs at a precision, HBM bytes, kernel launches
+    (`graphed`: replayed from a CUDA graph; `pdl`: launched with programmatic dependent
+    launch, so the gap before each kernel hides as it does inside a graph)."""
 
     flops: float
     hbm_bytes: float
@@ -58,6 +61,7 @@ class Work:
     precision: str
     kernels: int
     graphed: bool
+    pdl: bool = False
 
     def __post_init__(self) -> None:
         if self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0:

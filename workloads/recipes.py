@@ -41,6 +41,21 @@ class Recipe:
     fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
     optimizer_state_bytes_per_param: main params + both Adam moments (see module docstring).
     nccl_nvls: NCCL may use NVLink SHARP (in-switch reduction) collectives.
+
+    Kernel-level features of the Megatron GB200 guide (deepseek-v3-gb200-optimization.md,
+    "guide" below), each acting on kernel counts, kernel speed or host cost:
+    router_fusion: --moe-router-fusion, router kernels 72 -> 31 (guide §2.1.4).
+    permute_fusion: --moe-permute-fusion, the fused permute kernel (TE PR 1927, "up to 10x").
+    quant_alloc_fusion: MXFP8 scale buffers from one pre-allocated pool instead of
+        torch.zeros per scale tensor (guide §2.1.2; TE default since).
+    swizzle_fusion: one swizzle kernel for all scale factors of a GEMM (guide §2.1.3).
+    pdl: programmatic dependent launch for quantisation kernels: their launch latency hides
+        under the previous kernel (guide §3 table, step 08).
+    norm_quant_fusion: MXFP8 quantisation fused into the norm by cuDNN (guide §2.1.5).
+    graph_shared_expert: TE-scoped graphs capture the shared expert (guide §2.3; not when
+        shared_expert_overlap is on).
+    host_numa_bound: each rank's CPU and memory bound to its GPU's NUMA node (bindpcie,
+        guide §2.4); unbound, every launch takes CostParams.unbound_host_slowdown longer.
     """
 
     name: str
@@ -59,6 +74,14 @@ class Recipe:
     fp8_param_gather: bool = False
     optimizer_state_bytes_per_param: float = 12.0
     nccl_nvls: bool = True
+    router_fusion: bool = False
+    permute_fusion: bool = False
+    quant_alloc_fusion: bool = True
+    swizzle_fusion: bool = True
+    pdl: bool = True
+    norm_quant_fusion: bool = False
+    graph_shared_expert: bool = True
+    host_numa_bound: bool = True
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
@@ -137,6 +160,9 @@ _MBRIDGE_26_06 = Recipe(
     fp8_param_gather=False,                # §4.10: not used with MXFP8
     optimizer_state_bytes_per_param=8.0,   # §4.13: FP32 main params + BF16 moments
     nccl_nvls=False,                       # hw §3 row 1: NCCL_NVLS_ENABLE=0
+    router_fusion=True,                    # hw §3: common to all NVIDIA DSv3 perf recipes
+    permute_fusion=True,                   # hw §3: common to all NVIDIA DSv3 perf recipes
+    norm_quant_fusion=True,                # guide §2.1.5: cuDNN >= 9.14 norm + quantisation
 )
 
 _MBRIDGE_26_02 = Recipe(
@@ -159,6 +185,9 @@ _MBRIDGE_26_02 = Recipe(
     optimizer_state_bytes_per_param=8.0,   # Bridge recipes/deepseek/deepseek_v3.py: precision-aware
                                            # optimizer, FP32 main params + BF16 moments
     nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
+    router_fusion=True,                    # hw §3: common to all NVIDIA DSv3 perf recipes
+    permute_fusion=True,                   # hw §3: common to all NVIDIA DSv3 perf recipes
+    norm_quant_fusion=True,                # guide §2.1.5 (Nov 2025): cuDNN norm + quantisation
 )
 
 _MBRIDGE_25_11 = Recipe(
@@ -187,6 +216,9 @@ _MBRIDGE_25_11 = Recipe(
     optimizer_state_bytes_per_param=8.0,   # pre-v0.3 recipes/deepseek/deepseek_v3.py:
                                            # precision-aware, FP32 main params + BF16 moments
     nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
+    router_fusion=True,                    # hw §3: common to all NVIDIA DSv3 perf recipes
+    permute_fusion=True,                   # hw §3: common to all NVIDIA DSv3 perf recipes
+    norm_quant_fusion=True,                # guide §2.1.5 (Nov 2025): cuDNN norm + quantisation
 )
 
 _MEGATRON_DEFAULTS = Recipe(
@@ -217,18 +249,25 @@ _RELEASES = (
             recompute_modules=("mla_up_proj", "mlp")),
     # GB200 guide baseline (hw §3, data/README.md "Other sources"): alltoall dispatcher, no
     # graphs, no 1F1B A2A overlap, FP8 param-gather, BF16 Adam moments; steps override flags.
+    # Its kernel-level features start off; GB200_GUIDE_STEPS turns them on step by step.
     replace(_MEGATRON_DEFAULTS, name="mbridge-gb200-guide-2025-11", precision="mxfp8",
             recompute_modules=("mla_up_proj", "mlp"), fp8_param_gather=True,
-            grad_reduce_dtype_bytes=2, optimizer_state_bytes_per_param=8.0, nccl_nvls=False),
+            grad_reduce_dtype_bytes=2, optimizer_state_bytes_per_param=8.0, nccl_nvls=False,
+            quant_alloc_fusion=False, swizzle_fusion=False, pdl=False,
+            graph_shared_expert=False, host_numa_bound=False),
     # ModelZoo scripts (yanring/Megatron-MoE-ModelZoo) and the MoE report built on them: flags
-    # per row; BF16 moments via the precision-aware optimizer as in the Bridge DSv3 recipes.
+    # per row; BF16 moments via the precision-aware optimizer as in the Bridge DSv3 recipes;
+    # router and permute fusion as in every NVIDIA DSv3 perf recipe (hw §3).
     replace(_MEGATRON_DEFAULTS, name="modelzoo-2025", dispatcher="deepep", dispatcher_sms=24,
-            optimizer_state_bytes_per_param=8.0, grad_reduce_dtype_bytes=2),
+            optimizer_state_bytes_per_param=8.0, grad_reduce_dtype_bytes=2,
+            router_fusion=True, permute_fusion=True),
     replace(_MEGATRON_DEFAULTS, name="modelzoo-2026", dispatcher="hybridep", dispatcher_sms=32,
-            optimizer_state_bytes_per_param=8.0, grad_reduce_dtype_bytes=2),
+            optimizer_state_bytes_per_param=8.0, grad_reduce_dtype_bytes=2,
+            router_fusion=True, permute_fusion=True),
     replace(_MEGATRON_DEFAULTS, name="moe-report-2026", dispatcher="hybridep",
             dispatcher_sms=32, cuda_graphs="partial", optimizer_state_bytes_per_param=8.0,
-            grad_reduce_dtype_bytes=2),
+            grad_reduce_dtype_bytes=2,
+            router_fusion=True, permute_fusion=True),
     replace(_MBRIDGE_26_02, name="mbridge-skill-2026"),
     # DeepSeek's own H800 run (DeepSeek-V3 report §3): DualPipe (counted as A2A overlap),
     # DeepEP-style kernels on 20 SMs, FP8 blockwise, BF16 moments, recompute of RMSNorm and
@@ -248,6 +287,31 @@ _RELEASES = (
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RELEASES}
+
+# The GB200 guide's optimisation ladder (guide §3 table): the kernel-level features each step
+# turns on, cumulatively. Steps 03, 04, 05 and 10 change the dispatcher, recompute and graphs,
+# which measurement rows carry as columns; steps 06 (DeepEP tuning) and 11 (TE host-code
+# clean-up) name no mechanism moesim models, so they change nothing here.
+GB200_GUIDE = "mbridge-gb200-guide-2025-11"
+GB200_GUIDE_STEPS: dict[int, dict[str, Any]] = {
+    1: {"permute_fusion": True, "quant_alloc_fusion": True},
+    2: {"router_fusion": True},
+    7: {"host_numa_bound": True},
+    8: {"pdl": True, "swizzle_fusion": True},
+    9: {"graph_shared_expert": True},
+    12: {"norm_quant_fusion": True},
+}
+
+
+def guide_step_recipe(step: int) -> Recipe:
+    """The GB200 guide's recipe after optimisation step `step` (0 = baseline ... 12)."""
+    if not 0 <= step <= max(GB200_GUIDE_STEPS):
+        raise ValueError(f"GB200 guide step={step}: must be 0 .. {max(GB200_GUIDE_STEPS)}")
+    changes: dict[str, Any] = {}
+    for number in sorted(GB200_GUIDE_STEPS):
+        if number <= step:
+            changes.update(GB200_GUIDE_STEPS[number])
+    return replace(RECIPES[GB200_GUIDE], **changes)
 
 
 def recipe(name: str) -> Recipe:

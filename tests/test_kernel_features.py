@@ -1,0 +1,120 @@
+"""The GB200 guide's kernel-level features act through mechanisms: kernel counts, kernel
+speed, launch gaps and host cost; and the ladder's recipe turns them on step by step."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.calibration import DEFAULT_PARAMS, host_params
+from simulator.costs import compute_time_s
+from simulator.fitting import touches
+from simulator.validation import row_recipe
+from topologies.hardware import gpu_spec
+from workloads.blocks import attention_blocks, moe_blocks
+from workloads.graph import KernelClass
+from workloads.models import model_spec
+from workloads.parallelism import ParallelPlan
+from workloads.recipes import GB200_GUIDE_STEPS, guide_step_recipe, recipe, recipe_with
+
+DSV3 = model_spec("deepseek-v3")
+PLAN = ParallelPlan(num_gpus=256, tp=1, pp=8, vpp=4, ep=32, mbs=1, gbs=2048, seq_len=4096)
+
+
+def _kernels(block, recipe_, plan=PLAN):
+    work = moe_blocks(DSV3, plan, recipe_)[block]
+    return work.forward.kernels + work.backward.kernels
+
+
+def test_router_kernels_follow_the_guide_counts():
+    eager = recipe("megatron-defaults")
+    assert _kernels("router", eager) == 72
+    assert _kernels("router", recipe_with(eager, router_fusion=True)) == 31
+    flex = recipe_with(eager, router_fusion=True, dispatcher="deepep", dispatcher_sms=24)
+    assert _kernels("router", flex) == 17
+
+
+def test_expert_launches_grow_with_local_experts_and_shrink_with_fusions():
+    base = guide_step_recipe(0)
+    ep64 = replace(PLAN, num_gpus=512, ep=64)
+    assert _kernels("experts", base, ep64) < _kernels("experts", base)
+    fused = recipe_with(base, quant_alloc_fusion=True, swizzle_fusion=True)
+    assert _kernels("experts", fused) < _kernels("experts", base)
+    assert (_kernels("experts", recipe_with(base, precision="bf16", fp8_param_gather=False))
+            < _kernels("experts", fused))
+
+
+def test_unfused_permute_is_its_own_kernel_class_and_slower():
+    gpu = gpu_spec("gb200")
+    unfused = moe_blocks(DSV3, PLAN, guide_step_recipe(0))["unpermute"].forward
+    fused = moe_blocks(DSV3, PLAN, guide_step_recipe(1))["unpermute"].forward
+    assert unfused.kernel_class == KernelClass.UNFUSED_PERMUTE
+    assert compute_time_s(unfused, gpu, DEFAULT_PARAMS) > 5 * compute_time_s(
+        fused, gpu, DEFAULT_PARAMS)
+
+
+def test_norm_quant_fusion_saves_kernels_and_bytes_only_in_fp8():
+    off, on = guide_step_recipe(11), guide_step_recipe(12)
+    norms_off = attention_blocks(DSV3, PLAN, off)["norms"].forward
+    norms_on = attention_blocks(DSV3, PLAN, on)["norms"].forward
+    assert norms_on.kernels < norms_off.kernels and norms_on.hbm_bytes < norms_off.hbm_bytes
+    bf16 = recipe_with(on, precision="bf16", fp8_param_gather=False)
+    assert attention_blocks(DSV3, PLAN, bf16)["norms"].forward.kernels == norms_off.kernels
+
+
+def test_pdl_hides_kernel_gaps_of_quantised_blocks():
+    gpu = gpu_spec("gb200")
+    without = moe_blocks(DSV3, PLAN, guide_step_recipe(7))["experts"].forward
+    with_pdl = replace(without, pdl=True)
+    assert not without.pdl
+    assert compute_time_s(with_pdl, gpu, DEFAULT_PARAMS) < compute_time_s(without, gpu,
+                                                                          DEFAULT_PARAMS)
+
+
+def test_shared_expert_is_graphed_only_when_captured_and_not_overlapped():
+    partial = recipe_with(guide_step_recipe(8), cuda_graphs="partial")
+    assert not moe_blocks(DSV3, PLAN, partial)["shared_expert"].forward.graphed
+    captured = recipe_with(partial, graph_shared_expert=True)
+    assert moe_blocks(DSV3, PLAN, captured)["shared_expert"].forward.graphed
+    overlapped = recipe_with(captured, shared_expert_overlap=True)
+    assert not moe_blocks(DSV3, PLAN, overlapped)["shared_expert"].forward.graphed
+
+
+def test_unbound_host_launches_take_longer():
+    slow = host_params(DEFAULT_PARAMS, numa_bound=False)
+    assert slow.host_launch_s == pytest.approx(DEFAULT_PARAMS.host_launch_s
+                                               * DEFAULT_PARAMS.unbound_host_slowdown)
+    assert host_params(DEFAULT_PARAMS, numa_bound=True) is DEFAULT_PARAMS
+
+
+def test_guide_steps_are_cumulative_and_bounded():
+    assert not guide_step_recipe(0).router_fusion
+    assert guide_step_recipe(2).router_fusion and guide_step_recipe(12).router_fusion
+    assert not guide_step_recipe(6).host_numa_bound and guide_step_recipe(7).host_numa_bound
+    final = guide_step_recipe(max(GB200_GUIDE_STEPS))
+    for changes in GB200_GUIDE_STEPS.values():
+        for field, value in changes.items():
+            assert getattr(final, field) == value
+    with pytest.raises(ValueError, match="step=13"):
+        guide_step_recipe(13)
+
+
+def test_a_ladder_row_gets_its_step_recipe_with_its_columns_on_top():
+    row = {"name": "ladder-gb200-07-cpu-bindpcie", "release": "mbridge-gb200-guide-2025-11",
+           "precision": "mxfp8", "recompute": "mlp+moe_act", "dispatcher": "deepep",
+           "cuda_graphs": "partial", "a2a_overlap": "0", "fp8_attention": "0"}
+    made = row_recipe(row)
+    assert made.host_numa_bound and made.router_fusion and not made.pdl
+    assert made.dispatcher == "deepep" and made.recompute_modules == ("mlp", "moe_act")
+
+
+def test_touches_skips_rows_a_parameter_cannot_change():
+    from simulator.scenario import default_scenario
+    gb300 = default_scenario()
+    assert touches("gemm_efficiency.blackwell-ultra-fp8", gb300, DEFAULT_PARAMS)
+    assert not touches("gemm_efficiency.hopper-fp8", gb300, DEFAULT_PARAMS)
+    assert touches("comm_efficiency.hybridep-nvlink", gb300, DEFAULT_PARAMS)
+    assert not touches("comm_efficiency.deepep-nvlink", gb300, DEFAULT_PARAMS)
+    assert not touches("unbound_host_slowdown", gb300, DEFAULT_PARAMS)
+    assert touches("host_launch_s", gb300, DEFAULT_PARAMS)
