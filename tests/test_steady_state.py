@@ -1,6 +1,6 @@
 """Steady-state extrapolation: a long step predicted from two short ones equals the whole
-simulation (its breakdown categories to within 2 % of the step), for plain and interleaved 1F1B, eager and
-graphed recipes, with and without all-to-all overlap."""
+simulation (its breakdown categories to within 2 % of the step), for plain and interleaved
+1F1B, eager and graphed recipes, with and without all-to-all overlap."""
 
 from __future__ import annotations
 
