@@ -1,30 +1,57 @@
-"""Writing files whole or not at all: write a sibling temporary file, then rename it."""
+"""Writing files whole or not at all: write a sibling temporary file, then rename it.
+
+A written file gets the mode a plain `open(path, "w")` would give it (0o666 less the umask,
+usually 0644), not the 0600 of the temporary file it starts as.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+NEW_FILE_MODE = 0o666
 
-def write_text(path: str | Path, text: str) -> None:
-    """Write `text` to `path` atomically; a failure leaves no partial file behind."""
+
+def _umask() -> int:
+    """The process umask (os.umask can only be read by setting it, so it is set back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _write_atomically(path: str | Path, write: Callable[[Path], object], suffix: str = "") -> None:
+    """Let `write` fill a sibling temporary file, give it the usual mode, rename it to `path`;
+    a failure leaves no partial file behind."""
     target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise ValueError(f"output {str(target)!r}: folder {str(target.parent)!r} does not exist")
-    handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    folder = target.parent
+    if not folder.is_dir():
+        raise ValueError(f"output {str(target)!r}: folder {str(folder)!r} does not exist")
+    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=suffix)
+    os.close(handle)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        write(Path(temporary))
+        os.chmod(temporary, NEW_FILE_MODE & ~_umask())
         os.replace(temporary, target)
     except BaseException:
         os.unlink(temporary)
         raise
+
+
+def write_text(path: str | Path, text: str) -> None:
+    """Write `text` (UTF-8) to `path` whole or not at all."""
+    _write_atomically(path, lambda temporary: temporary.write_text(text, encoding="utf-8"))
+
+
+def write_bytes(path: str | Path, data: bytes) -> None:
+    """Write `data` to `path` whole or not at all."""
+    _write_atomically(path, lambda temporary: temporary.write_bytes(data))
 
 
 def write_json(path: str | Path, document: Any) -> None:
@@ -32,16 +59,6 @@ def write_json(path: str | Path, document: Any) -> None:
 
 
 def save_png(figure: "Figure", path: str | Path) -> None:
-    """Write the figure to path as a PNG, whole or not at all (temporary file, then rename)."""
-    target = Path(path)
-    folder = target.parent
-    if not folder.is_dir():
-        raise ValueError(f"output {str(target)!r}: folder {str(folder)!r} does not exist")
-    handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".png")
-    os.close(handle)
-    try:
-        figure.savefig(temporary, format="png", dpi=110)
-        os.replace(temporary, target)
-    except BaseException:
-        os.unlink(temporary)
-        raise
+    """Write the figure to `path` as a PNG, whole or not at all."""
+    _write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=110),
+                      suffix=".png")

@@ -13,8 +13,6 @@ from __future__ import annotations
 import base64
 import html
 import io
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -22,7 +20,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from reports.files import write_text
+from reports.files import write_bytes, write_text
 from reports.gantt import gantt_figure
 from reports.study_charts import breakdown_chart, study_breakdown_rows, study_summary_rows
 from reports.summary import BREAKDOWN_LABELS, BREAKDOWN_ORDER, format_summary
@@ -148,24 +146,12 @@ def write_report(folder: str | Path, title: str, sections: Sequence[Section]) ->
     for section in sections:
         if section.image_png:
             paths.append(target / section.image_name)
-            _write_bytes(paths[-1], section.image_png)
+            write_bytes(paths[-1], section.image_png)
     for name, text in ((HTML_NAME, html_page(title, sections)),
                        (MARKDOWN_NAME, markdown_page(title, sections))):
         paths.append(target / name)
         write_text(paths[-1], text)
     return paths
-
-
-def _write_bytes(path: Path, data: bytes) -> None:
-    """Write `data` to `path` whole or not at all: a sibling temporary file, then rename."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
 
 
 def _scenario_rows(scenario: Mapping[str, Any]) -> tuple[dict[str, Any], ...]:

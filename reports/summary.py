@@ -1,4 +1,6 @@
-"""The text summary of one simulated step, from the result document that `--json` prints."""
+"""The text summary of one simulated step, from the result document that `--json` prints:
+the scenario (and its asymmetric what-ifs, when any is set), throughput, where the step time
+goes (the mean over GPUs) and memory per GPU."""
 
 from __future__ import annotations
 
@@ -23,6 +25,28 @@ def _plan_line(s: Mapping[str, Any]) -> str:
             f"seq {s['seq_len']}, {s['num_microbatches']} micro batches per DP rank")
 
 
+def _what_if_lines(s: Mapping[str, Any]) -> list[str]:
+    """A line naming the what-ifs the scenario sets (failed trays, straggler, degraded link),
+    or none."""
+    parts = []
+    if s.get("failed_trays"):
+        parts.append(f"{s['failed_trays']} failed NVLink switch trays in the first domain")
+    if s.get("straggler_gpu") is not None:
+        parts.append(f"straggler GPU {s['straggler_gpu']} (compute takes "
+                     f"{s['straggler_slowdown']:g}x as long)")
+    if s.get("degraded_link") is not None:
+        parts.append(f"degraded link {s['degraded_link']} (keeps "
+                     f"{100 * s['degraded_link_bandwidth_fraction']:g} % of its bandwidth)")
+    return [f"what-ifs: {'; '.join(parts)}"] if parts else []
+
+
+def run_title(result: Mapping[str, Any]) -> str:
+    """One line naming the run: model, GPUs, system, recipe."""
+    s = result["scenario"]
+    return (f"{s['model']} on {s['num_gpus']} x {s['gpu']} ({s['system']}), "
+            f"recipe {s['recipe']['name']}")
+
+
 def _breakdown_lines(breakdown: Mapping[str, float], step_s: float) -> list[str]:
     keys = [k for k in BREAKDOWN_ORDER if k in breakdown] + sorted(
         k for k in breakdown if k not in BREAKDOWN_ORDER)
@@ -31,20 +55,21 @@ def _breakdown_lines(breakdown: Mapping[str, float], step_s: float) -> list[str]
 
 
 def format_summary(result: Mapping[str, Any]) -> str:
-    """A few aligned lines: scenario, throughput, breakdown, memory."""
+    """A few aligned lines: scenario (and what-ifs), throughput, breakdown, memory."""
     s = result["scenario"]
     memory = result["memory_bytes_per_gpu"]
     lines = [
         f"moesim: {s['model']} on {s['num_gpus']} x {s['gpu']} ({s['system']}, "
         f"{s['domain_size']} GPUs per NVLink domain), recipe {s['recipe']['name']}",
         f"plan: {_plan_line(s)}",
+        *_what_if_lines(s),
         f"  {'step time':<40}{result['step_time_s']:9.3f} s",
         f"  {'tokens/s/GPU':<40}{result['tokens_per_s_per_gpu']:9,.0f}",
         f"  {'model TFLOP/s/GPU':<40}{result['tflops_per_gpu']:9,.0f}   "
         f"({result['model_flops_per_token'] / 1e9:.1f} GFLOP/token, Megatron counting)",
         f"  {'MFU':<40}{100 * result['mfu']:9.1f} %   of the dense "
         f"{s['recipe']['precision']} peak ({result['peak_tflops_per_gpu']:,.0f} TFLOP/s)",
-        "where the step time goes (mean over pipeline stages):",
+        "where the step time goes (mean over GPUs):",
         *_breakdown_lines(result["breakdown_s"], result["step_time_s"]),
         "memory per GPU (most loaded stage): " + ", ".join(
             f"{k} {v / GIB:.1f}" for k, v in memory.items() if k != "total")

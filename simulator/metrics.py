@@ -8,15 +8,17 @@ The breakdown splits each simulated rank's step time along its compute lane: bus
 category (compute, recompute, moe_overhead, optimizer), and idle time by what the rank was
 waiting for: the host launching kernels ("launch"), communication in flight on that rank
 ("exposed_<kind>", the first kind in EXPOSED_ORDER wins where streams overlap), else the
-pipeline ("pipeline_bubble"). The breakdown reported is the mean over simulated ranks; its
-parts add up to the step time.
+pipeline ("pipeline_bubble"). The breakdown reported is the mean over GPUs: each simulated
+rank's breakdown weighted by the GPUs it stands for (equal weights when every rank stands for
+as many, as in a folded or unfolded step; unequal in a partly unfolded one); its parts add up
+to the step time.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from simulator.engine import TaskRecord, Trace
 
@@ -97,24 +99,31 @@ def rank_breakdown(records: list[TaskRecord], step_time_s: float) -> dict[str, f
     return dict(parts)
 
 
-def step_breakdown(trace: Trace) -> dict[str, float]:
-    """Mean over simulated ranks of `rank_breakdown`."""
+def step_breakdown(trace: Trace,
+                   gpus_per_rank: Sequence[int] | None = None) -> dict[str, float]:
+    """Mean over GPUs of `rank_breakdown`: each simulated rank weighted by the GPUs it stands
+    for (`gpus_per_rank`, in `trace.simulated_ranks` order; equal weights when None or empty)."""
     by_rank: dict[int, list[TaskRecord]] = defaultdict(list)
     for record in trace.records:
         by_rank[record.rank].append(record)
+    weight = (dict(zip(trace.simulated_ranks, gpus_per_rank)) if gpus_per_rank
+              else dict.fromkeys(by_rank, 1))
+    gpus = sum(weight.values())
     total: dict[str, float] = defaultdict(float)
-    for records in by_rank.values():
+    for rank, records in by_rank.items():
         for key, value in rank_breakdown(records, trace.step_time_s).items():
-            total[key] += value / len(by_rank)
+            total[key] += value * weight[rank] / gpus
     return {key: total[key] for key in sorted(total) if total[key] > 0}
 
 
 def step_metrics(trace: Trace, *, num_gpus: int, tokens_per_step: float,
-                 model_flops_per_step: float, peak_flops_per_s: float) -> StepMetrics:
+                 model_flops_per_step: float, peak_flops_per_s: float,
+                 gpus_per_rank: Sequence[int] | None = None) -> StepMetrics:
+    """Throughput, TFLOPs/GPU, MFU and the breakdown (`step_breakdown`) of one step."""
     step_s = trace.step_time_s
     flops_per_gpu_s = model_flops_per_step / (step_s * num_gpus)
     return StepMetrics(step_time_s=step_s,
                        tokens_per_s_per_gpu=tokens_per_step / (step_s * num_gpus),
                        tflops_per_gpu=flops_per_gpu_s / 1e12,
                        mfu=flops_per_gpu_s / peak_flops_per_s,
-                       breakdown_s=step_breakdown(trace))
+                       breakdown_s=step_breakdown(trace, gpus_per_rank))

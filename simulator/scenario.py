@@ -9,15 +9,14 @@ of each rack in one NVLink domain as NVIDIA's DeepSeek-V3 runs use.
 
 Asymmetric what-ifs (failed NVLink trays in one rack, a straggler GPU, a degraded link) make
 some GPUs behave unlike the rest of their pipeline stage; the step is then partly unfolded
-(workloads.step.position_classes): those GPUs, and every class of GPUs they make different,
+(workloads.position_classes): those GPUs, and every class of GPUs they make different,
 are simulated apart from the folded ones.
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from topologies.builders import build_topology
@@ -29,11 +28,11 @@ from workloads.parallelism import ParallelPlan, validate_plan
 from workloads.recipes import Recipe, recipe
 from workloads.step import StepSpec, build_step
 
-from simulator.calibration import DEFAULT_PARAMS, CostParams
+from simulator.calibration import DEFAULT_PARAMS, CostParams, host_params
 from simulator.costs import peak_key
-from simulator.engine import TaskRecord, Trace, simulate
+from simulator.engine import Trace, simulate
 from simulator.memory import MemoryEstimate, check_fits, peak_memory
-from simulator.metrics import StepMetrics, rank_breakdown, step_metrics
+from simulator.metrics import StepMetrics, step_metrics
 
 DEGRADED_TIERS = ("nic", "nvlink")
 WHAT_IF_FIELDS = ("straggler_gpu", "straggler_slowdown", "degraded_link",
@@ -193,29 +192,14 @@ def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
     topology = scenario_topology(scenario)
     graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_), folded=folded,
                        asymmetric=asymmetric_ranks(scenario))
-    trace = simulate(graph, topology, scenario.params, nvls=recipe_.nccl_nvls,
+    params = host_params(scenario.params, recipe_.host_numa_bound)
+    trace = simulate(graph, topology, params, nvls=recipe_.nccl_nvls,
                      compute_slowdown=compute_slowdown(scenario))
     metrics = step_metrics(
         trace, num_gpus=plan.num_gpus, tokens_per_step=plan.gbs * plan.seq_len,
         model_flops_per_step=model_flops_per_step(model, plan.seq_len, plan.gbs, plan.tp),
-        peak_flops_per_s=gpu.peak(peak_key(recipe_.precision)))
-    if graph.gpus_per_rank:
-        metrics = replace(metrics, breakdown_s=weighted_breakdown(trace, graph.gpus_per_rank))
+        peak_flops_per_s=gpu.peak(peak_key(recipe_.precision)),
+        gpus_per_rank=graph.gpus_per_rank)
     return Result(scenario=scenario, metrics=metrics, memory=memory,
                   model_flops_per_token=model_flops_per_token(model, plan.seq_len, plan.tp),
                   trace=trace)
-
-
-def weighted_breakdown(trace: Trace, gpus_per_rank: tuple[int, ...]) -> dict[str, float]:
-    """The mean over GPUs of the simulated ranks' breakdowns, each rank weighted by the GPUs
-    it stands for (a partly unfolded step's ranks stand for unequal numbers of GPUs)."""
-    weight = dict(zip(trace.simulated_ranks, gpus_per_rank))
-    by_rank: dict[int, list[TaskRecord]] = defaultdict(list)
-    for record in trace.records:
-        by_rank[record.rank].append(record)
-    total: dict[str, float] = defaultdict(float)
-    gpus = sum(gpus_per_rank)
-    for rank, records in by_rank.items():
-        for key, value in rank_breakdown(records, trace.step_time_s).items():
-            total[key] += value * weight[rank] / gpus
-    return {key: total[key] for key in sorted(total) if total[key] > 0}

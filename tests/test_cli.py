@@ -1,6 +1,7 @@
 """The command line as a user runs it: the default study, flags, --set, --json, --trace, errors."""
 
 import json
+import os
 
 import pytest
 
@@ -125,3 +126,58 @@ def test_scenario_file_and_model_config_reach_the_run(capsys):
     assert faster["tokens_per_s_per_gpu"] > base["tokens_per_s_per_gpu"]
     llama = _run_json(capsys, "--model", str(DATA / "hf" / "llama3-8b.json"), "--auto-plan")
     assert llama["scenario"]["model"] == "llama3-8b"
+
+
+QWEN_16 = ("--model", "qwen3-30b-a3b", "--pp", "1", "--vpp", "1", "--gbs", "32", "--seq", "1024")
+
+
+@pytest.mark.parametrize("args", [
+    ["--gpus", "32", "--ep", "16", "--set", "gpus=16", "--set", "ep=8"],
+    ["--gpus", "16", "--set", "ep=8"],
+    ["--set", "gpus=16", "--set", "ep=8"],
+], ids=["set-after-flags", "flag-and-set", "sets"])
+def test_plan_flags_and_settings_apply_together(capsys, args):
+    # Each alone would leave an invalid plan in between (16 GPUs, EP16 or EP32).
+    r = _run_json(capsys, *QWEN_16, *args)
+    assert (r["scenario"]["num_gpus"], r["scenario"]["ep"]) == (16, 8)
+    assert r == _run_json(capsys, *QWEN_16, "--gpus", "16", "--ep", "8")
+
+
+def test_a_layout_set_after_plan_flags_is_kept(capsys):
+    layout = "Et*20|t*28L"
+    r = _run_json(capsys, *QWEN_16, "--gpus", "16", "--ep", "8", "--pp", "2",
+                  "--set", f"layout={layout}")
+    assert r["scenario"]["layout"] == layout
+    assert _run_json(capsys, *QWEN_16, "--gpus", "16", "--ep", "8",
+                     "--pp", "2")["scenario"]["layout"] != layout
+
+
+def test_the_summary_names_the_what_ifs_it_runs(capsys):
+    small = ["run", *QWEN_16, "--gpus", "16", "--ep", "8", "--set", "domain_size=8"]
+    assert main(small) == 0
+    plain = capsys.readouterr().out
+    assert "what-ifs" not in plain and "mean over GPUs" in plain
+    assert main([*small, "--set", "straggler_gpu=5", "--set", "straggler_slowdown=1.5",
+                 "--set", "degraded_link=nic:6",
+                 "--set", "degraded_link_bandwidth_fraction=0.25"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if "what-ifs" in line]
+    assert len(lines) == 1
+    assert "straggler GPU 5" in lines[0] and "1.5x" in lines[0]
+    assert "nic:6" in lines[0] and "25 %" in lines[0]
+
+
+@pytest.fixture
+def umask_027():
+    old = os.umask(0o027)
+    yield
+    os.umask(old)
+
+
+def test_written_files_get_the_mode_the_umask_gives(tmp_path, capsys, umask_027):
+    trace = tmp_path / "step.json"
+    assert main(["run", *QWEN_16, "--gpus", "16", "--ep", "8", "--trace", str(trace)]) == 0
+    assert main(["report", *QWEN_16, "--gpus", "16", "--ep", "8",
+                 "--out", str(tmp_path / "report")]) == 0
+    written = [trace, *sorted((tmp_path / "report").iterdir())]
+    assert {path.suffix for path in written} == {".json", ".html", ".md", ".png"}
+    assert {path.stat().st_mode & 0o777 for path in written} == {0o640}

@@ -246,7 +246,8 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-3, 10**6), st.integer
                     st.floats(allow_nan=True), st.text(max_size=12),
                     st.sampled_from(["gb300", "gb300-nvl72", "deepseek-v3", "mbridge-26.06",
                                      "default", "x.yaml", "1.8e12", "([0]*3+[1]*58)", "mla",
-                                     "hybridep", "Et*4|(t*4|)*14tmL", "distributed-optimizer"]))
+                                     "hybridep", "Et*4|(t*4|)*14tmL", "distributed-optimizer",
+                                     "nic:17", "nvlink:300"]))
 VALUES = st.recursive(SCALARS, lambda inner: st.one_of(
     st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
     max_leaves=8)
@@ -278,7 +279,8 @@ PART_KEYS = ("extends", "name", "sm_count", "nvlink_bandwidth_bytes_per_s", "pea
 PLAN_KEYS = ("gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len", "layout",
              "dp_sharding")
 SCENARIO_KEYS = ("extends", "system", "model", "plan", "recipe", "domain_size", "failed_trays",
-                 "calibration")
+                 "calibration", "straggler_gpu", "straggler_slowdown", "degraded_link",
+                 "degraded_link_bandwidth_fraction")
 HERE = Origin(Path("memory.yaml"))
 FUZZ = settings(max_examples=150, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])

@@ -8,10 +8,11 @@ collectives stands for every instance of that collective in the stage, so that t
 carries all of their traffic; unfolded simulates every rank with one group per collective.
 
 Partly unfolded (an asymmetric what-if: a straggler, a degraded link): the positions of a stage
-(rank % ranks_per_stage) fall into classes of ranks that behave alike (`position_classes`), and
-one rank per class and stage is simulated. A collective then stands for the groups of its kind
-in the stage whose members fall into the same classes; the ranks standing for those classes
-all take part in it. One class is the folded step, one class per position the unfolded one.
+(rank % ranks_per_stage) fall into classes of ranks that behave alike
+(workloads.position_classes), and one rank per class and stage is simulated. A collective then
+stands for the groups of its kind in the stage whose members fall into the same classes; the
+ranks standing for those classes all take part in it. One class is the folded step, one class
+per position the unfolded one.
 
 Ordering on a rank: a unit starts when the previous unit's compute is done. With 1F1B
 all-to-all overlap, the forward and backward of a steady-state pair start together and their
@@ -29,6 +30,7 @@ from workloads.graph import Collective, GraphBuilder, Lane, Op, TaskGraph, Work
 from workloads.models import ModelSpec
 from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_layout,
                                    stage_of)
+from workloads.position_classes import position_classes
 from workloads.recipes import Recipe
 from workloads.schedules import Unit, one_f_one_b
 from workloads.step_params import chunk_params, rank_params
@@ -37,8 +39,6 @@ ATTENTION_BLOCKS = ("norms", "attn_proj", "core_attn")
 # Breakdown buckets of executed work that model FLOPs do not credit; the rest is "compute".
 CATEGORIES = {"router": "moe_overhead", "unpermute": "moe_overhead", "norms": "elementwise",
               "embedding": "elementwise", "loss": "elementwise"}
-# Groups that couple the ranks of one pipeline stage (the pipeline couples stages position-wise).
-COUPLING_KINDS = ("tp", "cp", "ep", "etp", "dp", "edp")
 # The groups one collective stands for, and the simulated ranks that take part in it.
 _Part = tuple[tuple[tuple[int, ...], ...], tuple[int, ...]]
 
@@ -50,46 +50,6 @@ class StepSpec:
     model: ModelSpec
     plan: ParallelPlan
     recipe: Recipe
-
-
-def position_classes(plan: ParallelPlan, asymmetric: Sequence[Collection[int]] = (), *,
-                     folded: bool = True) -> tuple[int, ...]:
-    """The class of every position of a pipeline stage (rank % ranks_per_stage), numbered in
-    order of first appearance. Unfolded: a class per position. Folded: one class, less the
-    positions of each set of `asymmetric` ranks (ranks that behave unlike the rest), split until
-    every member of a class finds the same classes, as often, in its group of every coupling
-    kind (the coarsest equitable partition): the members of a class then meet the same
-    collectives at the same times, and one of them stands for all."""
-    size = plan.ranks_per_stage
-    if not folded:
-        return tuple(range(size))
-    marked = [frozenset(rank % size for rank in ranks) for ranks in asymmetric]
-    classes = _labels([tuple(p in m for m in marked) for p in range(size)])
-    if not any(marked):
-        return classes
-    kinds = [_group_index(plan, kind) for kind in COUPLING_KINDS]
-    while True:
-        counts = [[tuple(sorted(Counter(classes[p] for p in group).items())) for group in groups]
-                  for groups, _ in kinds]
-        refined = _labels([(classes[p],) + tuple(counts[k][index[p]]
-                                                 for k, (_, index) in enumerate(kinds))
-                           for p in range(size)])
-        if max(refined) == max(classes):
-            return classes
-        classes = refined
-
-
-def _labels(signatures: Sequence[object]) -> tuple[int, ...]:
-    numbers: dict[object, int] = {}
-    return tuple(numbers.setdefault(s, len(numbers)) for s in signatures)
-
-
-def _group_index(plan: ParallelPlan,
-                 kind: str) -> tuple[tuple[tuple[int, ...], ...], dict[int, int]]:
-    """The `kind` groups of the first stage (whose ranks are the positions) and, for every
-    position, the index of its group."""
-    groups = all_groups(plan, kind, 0)
-    return groups, {p: i for i, group in enumerate(groups) for p in group}
 
 
 def build_step(spec: StepSpec, *, folded: bool = True,

@@ -1,0 +1,134 @@
+"""The scenario flags that every simulating command shares (`moesim run`, `compare`, `scale`,
+`report`): declaring them on a parser and turning the parsed flags into a Scenario.
+
+Order of application: the scenario file (else the default study), --megatron-args, --system,
+--model, --mtp, --recipe, --precision, --auto-plan, --calibration, then the plan flags and
+every --set together (simulator.overrides.apply_settings), so that no invalid plan has to
+exist in between: `--gpus 16 --set ep=8` and `--set gpus=16 --set ep=8` both work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from topologies.systems import load_system
+from workloads.megatron_args import read_megatron_args
+from workloads.model_files import load_model_file
+from workloads.models import ModelSpec, model_spec
+from workloads.recipe_files import load_recipe_file
+from workloads.recipes import Recipe, recipe, recipe_with
+
+from simulator.calibration import load_calibration
+from simulator.overrides import apply_settings
+from simulator.planner import recipe_for, sensible_plan
+from simulator.scenario import Scenario, default_domain_size, default_scenario
+from simulator.scenario_files import load_scenario_file, scenario_from_megatron_args
+
+PLAN_FLAGS = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep",
+              "etp": "etp", "cp": "cp", "mbs": "mbs", "gbs": "gbs", "seq": "seq_len"}
+SCENARIO_OPTIONS = ("scenario", "megatron_args", "system", "model", *PLAN_FLAGS, "mtp",
+                    "precision", "recipe", "calibration")
+
+
+def add_scenario_flags(command: argparse.ArgumentParser, *, gpus: bool = True) -> None:
+    """The scenario flags of `moesim run`, which every command that simulates accepts;
+    `gpus=False` leaves `--gpus` to the command (it is then None for `scenario_from_args`)."""
+    command.add_argument("scenario", nargs="?", metavar="SCENARIO.yaml",
+                         help="a scenario file (default: the built-in DeepSeek-V3 GB300 study)")
+    command.add_argument("--megatron-args", metavar="ARGS|@FILE",
+                         help="a Megatron-LM / Megatron-Bridge command line (or @file with one)")
+    command.add_argument("--system", help="catalog system name or a system YAML file")
+    command.add_argument("--model", help="catalog model name, model YAML or HF config.json")
+    for flag in PLAN_FLAGS:
+        if gpus or flag != "gpus":
+            command.add_argument(f"--{flag}", type=int, metavar="N")
+    if not gpus:
+        command.set_defaults(gpus=None)
+    command.add_argument("--mtp", type=int, metavar="N", help="multi-token-prediction layers")
+    command.add_argument("--precision", help="bf16, fp8-cs, fp8-blockwise, mxfp8 or nvfp4")
+    command.add_argument("--recipe", help="recipe name (e.g. mbridge-26.06) or recipe YAML")
+    command.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                         help="any recipe, system, plan or calibration field (repeatable)")
+    command.add_argument("--calibration", metavar="FILE",
+                         help="cost parameters from `moesim calibrate`")
+    command.add_argument("--auto-plan", action="store_true",
+                         help="pick the smallest plan that fits (other plan flags still apply)")
+
+
+def scenario_flags_given(args: argparse.Namespace) -> list[str]:
+    """The names of the scenario flags given on the command line."""
+    given = [name for name in SCENARIO_OPTIONS if getattr(args, name) is not None]
+    return given + ["set"] * bool(args.set) + ["auto_plan"] * args.auto_plan
+
+
+def scenario_from_args(args: argparse.Namespace) -> Scenario:
+    """The default scenario with every given flag and --set applied (module docstring)."""
+    return apply_scenario_flags(base_scenario(args), args)
+
+
+def base_scenario(args: argparse.Namespace) -> Scenario:
+    """The scenario file (else the default study) with --megatron-args applied."""
+    scenario = load_scenario_file(args.scenario) if args.scenario else default_scenario()
+    if args.megatron_args:
+        scenario, ignored = scenario_from_megatron_args(read_megatron_args(args.megatron_args),
+                                                        scenario)
+        if ignored:
+            print(f"moesim: megatron args not modelled: {'; '.join(ignored)}", file=sys.stderr)
+    return scenario
+
+
+def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """`scenario` with the system, model, recipe and calibration flags, then the plan flags
+    and every --set together, applied."""
+    if args.system:
+        system = load_system(args.system)
+        scenario = replace(scenario, system=system, domain_size=default_domain_size(system))
+    if args.model:
+        scenario = replace(scenario, model=model_from_name(args.model))
+    if args.mtp is not None:
+        scenario = replace(scenario, model=scenario.model.with_mtp(args.mtp))
+    if args.recipe:
+        scenario = replace(scenario, recipe=recipe_from_name(args.recipe))
+    if args.precision:
+        scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
+    if args.auto_plan:
+        scenario = _auto_plan(scenario, args)
+    if args.calibration:
+        scenario = replace(scenario, params=load_calibration(args.calibration))
+    return apply_settings(scenario, [*_plan_settings(args), *args.set])
+
+
+def _plan_settings(args: argparse.Namespace) -> list[str]:
+    """The plan flags as `plan.FIELD=N` settings; any plan flag, a new model or --auto-plan
+    resets the pipeline layout to the default (a --set layout=... after them still wins)."""
+    settings = [f"plan.{field}={getattr(args, flag)}" for flag, field in PLAN_FLAGS.items()
+                if getattr(args, flag) is not None]
+    if settings or args.model or args.mtp is not None or args.auto_plan:
+        settings.insert(0, "plan.layout=default")
+    return settings
+
+
+def _is_file(name: str) -> bool:
+    return name.endswith((".yaml", ".yml", ".json")) or Path(name).exists()
+
+
+def model_from_name(name: str) -> ModelSpec:
+    """A catalog model, or a model YAML or Hugging Face config.json file."""
+    return load_model_file(name) if _is_file(name) else model_spec(name)
+
+
+def recipe_from_name(name: str) -> Recipe:
+    """A catalog recipe, or a recipe YAML file."""
+    return load_recipe_file(name) if _is_file(name) else recipe(name)
+
+
+def _auto_plan(scenario: Scenario, args: argparse.Namespace) -> Scenario:
+    """The smallest plan that fits (simulator.planner) for the chosen model and system."""
+    recipe_ = recipe_for(scenario.system, scenario.recipe)
+    plan = sensible_plan(scenario.model, scenario.system, recipe_,
+                         seq_len=args.seq or scenario.plan.seq_len,
+                         domain_size=scenario.domain_size, num_gpus=args.gpus)
+    return replace(scenario, plan=plan, recipe=recipe_)
