@@ -10,7 +10,9 @@
   (NVLS), every member sends its buffer up once and receives the result once.
 
 Flows of all the groups a folded task stands for are pooled; flows whose paths cross the same
-kinds of links form one class (they progress at the same rate by symmetry). A class's bytes are
+kinds of links form one class (they progress at the same rate by symmetry). A class's shape
+carries the static ECMP hashing of the fabric links it crosses (simulator.network), so flows
+that collide on hashed leaf/spine ports count wherever they come from. A class's bytes are
 divided by the efficiency of its algorithm on its fabric: a flow at efficiency e needs 1/e of
 the line-rate time.
 """
@@ -96,6 +98,16 @@ class _ShapeClass:
     latency_s: float
 
 
+def _shape(links: tuple[int, ...], counts: tuple[int, ...], topology: Topology) -> FlowShape:
+    """A flow shape that carries the static ECMP hashing of its links, if any."""
+    hashed = [topology.links[link] for link in links]
+    ports = tuple(link.ecmp_ports for link in hashed)
+    if not any(ports):
+        return FlowShape(links=links, counts=counts)
+    return FlowShape(links=links, counts=counts, ecmp_ports=ports,
+                     ecmp_qps_per_flow=max(link.ecmp_qps_per_flow for link in hashed))
+
+
 def _classes(pairs: tuple[tuple[int, int], ...], fraction: float,
              topology: Topology) -> tuple[_ShapeClass, ...]:
     """Pool flows by the tiers they cross; count how many of each class cross each link."""
@@ -110,7 +122,7 @@ def _classes(pairs: tuple[tuple[int, int], ...], fraction: float,
     result = []
     for signature, per_link in sorted(counts.items()):
         links = tuple(sorted(per_link))
-        shape = FlowShape(links=links, counts=tuple(per_link[link] for link in links))
+        shape = _shape(links, tuple(per_link[link] for link in links), topology)
         fabric = "nvlink" if set(signature) == {"nvlink"} else "network"
         result.append(_ShapeClass(shape, fabric, fraction, latency[signature]))
     return tuple(result)

@@ -11,10 +11,31 @@ constant rate, so the next interesting instant is known exactly:
 
 Solving depends only on which class *shapes* are active, never on bytes, so solutions are
 memoised on that set: a periodic training step re-uses a handful of them thousands of times.
+
+Static ECMP. An aggregated fabric link (topologies.topology) stands for `n = ecmp_ports`
+physical ports. Adaptive routing spreads bytes over them by load, so the aggregate is exact.
+Static ECMP hashing instead pins each queue pair (QP) to one port for its whole life: with
+k flows of m QPs each on the link, K = k * m QPs land on n ports like balls thrown into bins
+(the hash is uniform and independent per QP, as dipsingh.github.io "Flow Distribution Across
+ECMP Paths" analyses ECMP; Al-Fares et al., "Hedera", NSDI'10: per-flow static hashing "can
+cause substantial bandwidth losses due to long-term collisions"). A synchronous collective
+ends when the busiest port has drained, so the link delivers, on average,
+
+    capacity x share,   share = (K / n) / E[max load of K balls in n bins]
+
+(mean load over expected maximum load; 1 for K = 1 on one port, 1/n of the bundle for one QP
+alone, which one port's speed bounds anyway). E[max load] is exact: a multinomial is n iid
+Poisson(K/n) loads conditioned on their sum, so P(max <= t) = S_t^n * c_t * K! / K^K with
+S_t = sum_{j<=t} (K/n)^j / j! and c_t the chance that n loads drawn from the Poisson truncated
+at t sum to K (one FFT). More QPs per connection (NCCL_IB_QPS_PER_CONNECTION, docs.nvidia.com
+/deeplearning/nccl/user-guide/docs/env.html) add entropy and raise the share towards 1;
+adaptive routing (the default, topologies.systems) leaves links unhashed: share 1.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -23,19 +44,34 @@ import numpy as np
 _RELATIVE_EPS = 1e-9
 # Bytes that would move in this time are rounding noise: a class this close to done is done.
 _TIME_EPS_S = 1e-12
+# E[max load] sums P(max > t) over t; terms below this are dropped.
+_TAIL_PROBABILITY = 1e-10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlowShape:
-    """Where the flows of one class go: link indices and how many flows of the class cross each."""
+    """Where the flows of one class go: link indices and how many flows of the class cross each.
+
+    ecmp_ports: per link, the physical ports a flow's QPs are statically hashed onto (0: not
+    hashed); empty when no link is. ecmp_qps_per_flow: independently hashed QPs per flow.
+    """
 
     links: tuple[int, ...]
     counts: tuple[int, ...]
+    ecmp_ports: tuple[int, ...] = ()
+    ecmp_qps_per_flow: int = 1
 
     def __post_init__(self) -> None:
         if len(self.links) != len(self.counts) or not self.links:
             raise ValueError(f"flow shape: links={self.links} and counts={self.counts} must be "
                              "non-empty and of equal length")
+        if self.ecmp_ports and (len(self.ecmp_ports) != len(self.links)
+                                or min(self.ecmp_ports) < 0):
+            raise ValueError(f"flow shape: ecmp_ports={self.ecmp_ports} must be empty or one "
+                             f"count >= 0 per link of {self.links}")
+        if self.ecmp_qps_per_flow < 1:
+            raise ValueError(f"flow shape: ecmp_qps_per_flow must be >= 1, "
+                             f"got {self.ecmp_qps_per_flow}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,15 +82,89 @@ class FlowClass:
     bytes_per_flow: float
 
 
-def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> np.ndarray:
-    """Per-flow rate (bytes/s) of each shape under max-min fairness (progressive filling)."""
-    links = sorted({link for shape in shapes for link in shape.links})
-    row = {link: i for i, link in enumerate(links)}
+@functools.lru_cache(maxsize=None)
+def expected_max_load(balls: int, bins: int) -> float:
+    """E[most balls in one bin] when `balls` fall uniformly and independently into `bins`."""
+    if balls < 1 or bins < 2:
+        return float(max(balls, 0))
+    least = -(-balls // bins)  # some bin holds at least the ceiling of the mean
+    expected, previous = float(least), 1.0
+    for most in range(least, balls):
+        above = 1.0 - _max_load_at_most(balls, bins, most)
+        if above < _TAIL_PROBABILITY or (previous < 1.0 and above >= previous):
+            break  # negligible, or (the tail only falls) the FFT's rounding noise from here on
+        expected += above
+        previous = above
+    return expected
+
+
+def _max_load_at_most(balls: int, bins: int, most: int) -> float:
+    """P(no bin holds more than `most` balls): Poissonised, conditioned on the total."""
+    log_terms = np.array([j * math.log(balls / bins) - math.lgamma(j + 1)
+                          for j in range(most + 1)])
+    top = float(log_terms.max())
+    terms = np.exp(log_terms - top)  # (K/n)^j / j!, scaled by e^-top against overflow
+    length = 1 << (bins * most).bit_length()  # > bins * most: the sum's support, no aliasing
+    spectrum = np.fft.rfft(terms / terms.sum(), length) ** bins
+    exactly = float(np.fft.irfft(spectrum, length)[balls])
+    if exactly <= 0.0:
+        return 0.0
+    log_s = top + math.log(terms.sum())
+    log_p = (bins * log_s + math.log(exactly) + math.lgamma(balls + 1)
+             - balls * math.log(balls))
+    return min(math.exp(log_p), 1.0)
+
+
+def ecmp_capacity_share(balls: int, bins: int) -> float:
+    """Share of a bundle of `bins` ports that `balls` statically hashed QPs get on average:
+    mean load / expected maximum load (1.0 without balls)."""
+    if balls < 1:
+        return 1.0
+    return balls / bins / expected_max_load(balls, bins)
+
+
+def _usage(shapes: list[FlowShape]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The links the shapes cross (sorted), each shape's rows among them, and the flows of
+    each shape on each link (rows: links, columns: shapes)."""
+    columns = [np.asarray(shape.links) for shape in shapes]
+    links = np.unique(np.concatenate(columns))
+    rows = [np.searchsorted(links, column) for column in columns]
     usage = np.zeros((len(links), len(shapes)))
-    for k, shape in enumerate(shapes):
-        for link, count in zip(shape.links, shape.counts):
-            usage[row[link], k] += count
-    capacity = capacity_bytes_per_s[links].astype(float)
+    for k, (index, shape) in enumerate(zip(rows, shapes)):
+        np.add.at(usage[:, k], index, shape.counts)
+    return links, rows, usage
+
+
+def _ecmp_shares(shapes: list[FlowShape], rows: list[np.ndarray],
+                 usage: np.ndarray) -> np.ndarray | None:
+    """Per link row, the capacity share static hashing leaves (None if no link is hashed).
+
+    A link's port count is the link's own, so every shape crossing it names the same one.
+    """
+    hashed = [k for k, shape in enumerate(shapes) if shape.ecmp_ports]
+    if not hashed:
+        return None
+    ports = np.zeros(len(usage), dtype=np.int64)
+    for k in hashed:
+        ports[rows[k]] = shapes[k].ecmp_ports
+    qps = np.array([shape.ecmp_qps_per_flow for shape in shapes], dtype=float)
+    links = np.flatnonzero(ports)
+    balls = np.rint(usage[links] @ qps).astype(np.int64)
+    shares = np.ones(len(usage))
+    for i, ball_count, port_count in zip(links.tolist(), balls.tolist(), ports[links].tolist()):
+        shares[i] = ecmp_capacity_share(ball_count, port_count)
+    return shares
+
+
+def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> np.ndarray:
+    """Per-flow rate (bytes/s) of each shape under max-min fairness (progressive filling),
+    on link capacities cut to what static ECMP hashing delivers where links are hashed."""
+    links, rows, usage = _usage(shapes)
+    full = capacity_bytes_per_s[links].astype(float)
+    shares = _ecmp_shares(shapes, rows, usage)
+    if shares is not None:
+        full = full * shares
+    capacity = full
     rates = np.zeros(len(shapes))
     active = np.ones(len(shapes), dtype=bool)
     while active.any():
@@ -63,7 +173,7 @@ def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> 
         step = np.min(capacity[used] / load[used])
         rates[active] += step
         capacity = capacity - load * step
-        saturated = used & (capacity <= _RELATIVE_EPS * capacity_bytes_per_s[links])
+        saturated = used & (capacity <= _RELATIVE_EPS * full)
         active &= ~usage[saturated].any(axis=0)
     return rates
 

@@ -10,6 +10,9 @@ leaf's uplink capacity is (its GPUs x switch port bandwidth) / oversubscription.
 leaves go up to one aggregated "spine0". Three tiers: groups of radix/2 leaves share a
 "spine{j}" and the spine groups go up to "core0", non-blocking above the leaves.
 Edge latency is the latency of the device the edge enters (see topologies.topology).
+With routing "ecmp" every edge above the leaves records the physical ports it stands for,
+ceil(capacity / port bandwidth), as `ecmp_ports`, and the QPs per connection as
+`ecmp_qps_per_flow`; with "adaptive" routing they stay 0 and 1 (the aggregate is exact).
 """
 
 from __future__ import annotations
@@ -72,9 +75,19 @@ def rail_fat_tree(
     tiers: int,
     oversubscription: float,
     rails: int,
+    ecmp_qps_per_flow: int = 0,
 ) -> None:
-    """Add one NIC per GPU and a rail-optimized 2- or 3-tier fat tree (aggregated spines)."""
+    """Add one NIC per GPU and a rail-optimized 2- or 3-tier fat tree (aggregated spines).
+
+    ecmp_qps_per_flow: 0 for adaptive routing, else the QPs of a connection that static ECMP
+    hashes, each onto one port of every edge above the leaves.
+    """
     _check_fabric(tiers, oversubscription, rails)
+    if isinstance(ecmp_qps_per_flow, bool) or not isinstance(ecmp_qps_per_flow, int) or (
+        ecmp_qps_per_flow < 0
+    ):
+        raise ValueError(f"fat tree: ecmp_qps_per_flow must be an int >= 0 (0: adaptive "
+                         f"routing), got {ecmp_qps_per_flow!r}")
     leaves = _rail_leaves(gpu_indices_by_domain, rails, switch.radix // 2)
     for number, (rail, gpus) in enumerate(leaves):
         _add_leaf(graph, f"leaf{number}", rail, gpus, nic, switch)
@@ -83,7 +96,8 @@ def rail_fat_tree(
     ]
     names = [f"leaf{number}" for number in range(len(leaves))]
     if tiers == 2:
-        _add_up_tier(graph, names, uplink_bytes_per_s, "spine0", "spine", switch, switch.radix)
+        _add_up_tier(graph, names, uplink_bytes_per_s, "spine0", "spine", switch, switch.radix,
+                     ecmp_qps_per_flow)
         return
     group_size = switch.radix // 2
     group_bytes_per_s = []
@@ -91,10 +105,11 @@ def rail_fat_tree(
         spine = f"spine{start // group_size}"
         window = slice(start, start + group_size)
         _add_up_tier(graph, names[window], uplink_bytes_per_s[window], spine, "spine", switch,
-                     group_size)
+                     group_size, ecmp_qps_per_flow)
         group_bytes_per_s.append(sum(uplink_bytes_per_s[window]))
     spines = [f"spine{j}" for j in range(len(group_bytes_per_s))]
-    _add_up_tier(graph, spines, group_bytes_per_s, "core0", "core", switch, switch.radix)
+    _add_up_tier(graph, spines, group_bytes_per_s, "core0", "core", switch, switch.radix,
+                 ecmp_qps_per_flow)
 
 
 def _check_fabric(tiers: int, oversubscription: float, rails: int) -> None:
@@ -152,20 +167,23 @@ def _add_up_tier(
     kind: str,
     switch: SwitchSpec,
     down_ports_per_switch: int,
+    ecmp_qps_per_flow: int,
 ) -> None:
     """One aggregated upper node; each lower node links both ways with its uplink capacity.
 
-    The node stands for ceil(uplink ports / down ports per switch) physical switches.
+    The node stands for ceil(uplink ports / down ports per switch) physical switches. Under
+    static ECMP (ecmp_qps_per_flow > 0) each edge records its ports and the QPs per flow.
     """
     tier = "leaf" if kind == "spine" else "spine"
-    ports = sum(math.ceil(up / switch.port_bandwidth_bytes_per_s) for up in up_bytes_per_s)
-    graph.add_node(upper, kind=kind, switches=math.ceil(ports / down_ports_per_switch),
+    ports = [math.ceil(up / switch.port_bandwidth_bytes_per_s) for up in up_bytes_per_s]
+    graph.add_node(upper, kind=kind, switches=math.ceil(sum(ports) / down_ports_per_switch),
                    protocol=switch.protocol, in_network_reduction=switch.in_network_reduction)
-    for node, up in zip(lower, up_bytes_per_s):
-        graph.add_edge(node, upper, capacity_bytes_per_s=up, latency_s=switch.hop_latency_s,
-                       tier=tier)
-        graph.add_edge(upper, node, capacity_bytes_per_s=up, latency_s=switch.hop_latency_s,
-                       tier=tier)
+    for node, up, count in zip(lower, up_bytes_per_s, ports):
+        hashing = ({"ecmp_ports": count, "ecmp_qps_per_flow": ecmp_qps_per_flow}
+                   if ecmp_qps_per_flow else {})
+        for src, dst in ((node, upper), (upper, node)):
+            graph.add_edge(src, dst, capacity_bytes_per_s=up, latency_s=switch.hop_latency_s,
+                           tier=tier, **hashing)
 
 
 def build_topology(
@@ -192,6 +210,7 @@ def build_topology(
     for domain, members in enumerate(domains):
         nvlink_domain(graph, domain, members, gpu, nvswitch, failed_trays if domain == 0 else 0)
     if len(domains) > 1:
+        qps = system.ecmp_qps_per_connection if system.routing == "ecmp" else 0
         rail_fat_tree(graph, domains, system_nic(system), system_scale_out_switch(system),
-                      system.tiers, system.oversubscription, system.rails)
+                      system.tiers, system.oversubscription, system.rails, qps)
     return Topology(graph, gpu=gpu, domain_size=size)

@@ -138,7 +138,11 @@ class NICSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SwitchSpec:
-    """A scale-out (InfiniBand or Ethernet) switch ASIC: radix, port speed, hop latency."""
+    """A scale-out (InfiniBand or Ethernet) switch ASIC: radix, port speed, hop latency.
+
+    adaptive_routing: the ASIC can pick, per packet, the least-loaded of the equal-cost output
+    ports (a fabric may still run static ECMP hashing: SystemSpec.routing).
+    """
 
     name: str
     protocol: str
@@ -146,6 +150,7 @@ class SwitchSpec:
     port_bandwidth_bytes_per_s: float
     hop_latency_s: float
     in_network_reduction: bool
+    adaptive_routing: bool
 
     def __post_init__(self) -> None:
         _require_name("SwitchSpec", self.name)
@@ -161,6 +166,7 @@ class SwitchSpec:
         _require_positive(owner, "port_bandwidth_bytes_per_s", self.port_bandwidth_bytes_per_s)
         _require_non_negative(owner, "hop_latency_s", self.hop_latency_s)
         _require_bool(owner, "in_network_reduction", self.in_network_reduction)
+        _require_bool(owner, "adaptive_routing", self.adaptive_routing)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -274,24 +280,31 @@ NICS: dict[str, NICSpec] = {
 # router-switch.com, "~330 ns" on yobitel.com); we use 300 ns for every scale-out switch.
 SWITCH_HOP_LATENCY_S = 300e-9
 
+# Adaptive routing (AR): NVIDIA InfiniBand switches select the output port by its load, and the
+# subnet manager turns AR on by default ("AR is enabled by default in the opensm.conf file",
+# routing_engine ar_updn; docs.nvidia.com/networking/display/ibclusterbringupprocedure/
+# adaptive+routing). Spectrum-X (Spectrum-4 + BlueField-3 / ConnectX-8 SuperNIC) routes RoCE
+# per packet to the least-loaded port and the SuperNIC reorders (NVIDIA Spectrum-X material, via
+# firstpasslab.com "How NVIDIA Spectrum-X ports InfiniBand tricks to Ethernet").
 SWITCHES: dict[str, SwitchSpec] = {
-    # Quantum-2 QM9700/9790 NDR: 64 x 400 Gb/s, 51.2 Tb/s, SHARPv3 (itctshop / yobitel pages).
+    # Quantum-2 QM9700/9790 NDR: 64 x 400 Gb/s, 51.2 Tb/s, SHARPv3 (itctshop / yobitel pages);
+    # adaptive routing (NVIDIA InfiniBand cluster bring-up, above).
     "quantum-2": SwitchSpec(
         name="quantum-2", protocol="infiniband", radix=64, port_bandwidth_bytes_per_s=400 * GBIT,
-        hop_latency_s=SWITCH_HOP_LATENCY_S, in_network_reduction=True,
+        hop_latency_s=SWITCH_HOP_LATENCY_S, in_network_reduction=True, adaptive_routing=True,
     ),
-    # Quantum-X800 Q3400 XDR: 144 x 800 Gb/s, 115.2 Tb/s, SHARPv4 (ziash study guide;
-    # quantum-computing.news).
+    # Quantum-X800 Q3400 XDR: 144 x 800 Gb/s, 115.2 Tb/s, SHARPv4, "adaptive routing, congestion
+    # control" (ziash NCA-AIIO study guide 2.9; quantum-computing.news).
     "quantum-x800": SwitchSpec(
         name="quantum-x800", protocol="infiniband", radix=144,
         port_bandwidth_bytes_per_s=800 * GBIT, hop_latency_s=SWITCH_HOP_LATENCY_S,
-        in_network_reduction=True,
+        in_network_reduction=True, adaptive_routing=True,
     ),
     # Spectrum-X (Spectrum-4 SN5600): 64 x 800GbE, 51.2 Tb/s, RoCE, no in-network reduction
-    # (router-switch.com Quantum-2 vs Spectrum-4).
+    # (router-switch.com Quantum-2 vs Spectrum-4); per-packet RoCE adaptive routing (above).
     "spectrum-x": SwitchSpec(
         name="spectrum-x", protocol="ethernet", radix=64, port_bandwidth_bytes_per_s=800 * GBIT,
-        hop_latency_s=SWITCH_HOP_LATENCY_S, in_network_reduction=False,
+        hop_latency_s=SWITCH_HOP_LATENCY_S, in_network_reduction=False, adaptive_routing=True,
     ),
 }
 

@@ -16,6 +16,15 @@ system_scale_out_switch, which also resolve catalog names. An NVLink domain runs
 min(GPU NVLink bandwidth, links x switch port bandwidth) (topologies.builders), so a faster GPU
 NVLink needs a faster switch port too. Float fields accept numeric strings (PyYAML reads 1.8e12,
 without a sign in the exponent, as a string).
+
+Routing of the scale-out fabric (optional keys): `routing: adaptive` (the default) spreads
+traffic over the equal-cost uplinks by load, which the fluid network's aggregated links model
+exactly; it needs a switch with adaptive_routing (every catalog switch has it, and NVIDIA's
+subnet manager and NCCL turn it on by default on InfiniBand). `routing: ecmp` pins each queue
+pair to one uplink by a static hash; a rank-to-rank connection uses `ecmp_qps_per_connection`
+QPs (NCCL_IB_QPS_PER_CONNECTION: "useful on multi-level fabrics which need multiple queue
+pairs to have good routing entropy", 1 to 128, default 1; NCCL env docs). See simulator.network
+for what hashing costs.
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ from topologies.hardware import (GPUSpec, NICSpec, NVLinkSwitchSpec, SwitchSpec,
 SYSTEMS_DIR = Path(__file__).parent / "systems"
 SYSTEM_NAMES: tuple[str, ...] = tuple(sorted(path.stem for path in SYSTEMS_DIR.glob("*.yaml")))
 MAX_EXTENDS_DEPTH = 16
+ROUTINGS = ("adaptive", "ecmp")
+MAX_QPS_PER_CONNECTION = 128  # NCCL_IB_QPS_PER_CONNECTION accepts 1..128 (NCCL env docs)
 _PARTS: dict[str, tuple[type, Callable[[str], Any]]] = {
     "gpu": (GPUSpec, gpu_spec), "nvlink_switch": (NVLinkSwitchSpec, nvlink_switch_spec),
     "nic": (NICSpec, nic_spec), "scale_out_switch": (SwitchSpec, switch_spec)}
@@ -54,6 +65,8 @@ class SystemSpec:
     tiers: int
     oversubscription: float
     rails: int
+    routing: str = "adaptive"
+    ecmp_qps_per_connection: int = 1
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -72,9 +85,27 @@ class SystemSpec:
         ) or not (math.isfinite(self.oversubscription) and self.oversubscription >= 1):
             raise ValueError(f"{owner}: oversubscription must be a number >= 1, "
                              f"got {self.oversubscription!r}")
+        _check_routing(owner, self.routing, self.ecmp_qps_per_connection,
+                       system_scale_out_switch(self))
+
+
+def _check_routing(owner: str, routing: Any, qps: Any, switch: SwitchSpec) -> None:
+    if routing not in ROUTINGS:
+        raise ValueError(f"{owner}: routing must be one of {', '.join(ROUTINGS)}, "
+                         f"got {routing!r}")
+    if routing == "adaptive" and not switch.adaptive_routing:
+        raise ValueError(f"{owner}: routing='adaptive' needs a scale_out_switch with "
+                         f"adaptive_routing; {switch.name!r} has none (set routing to ecmp)")
+    if isinstance(qps, bool) or not isinstance(qps, int) or not (
+        1 <= qps <= MAX_QPS_PER_CONNECTION
+    ):
+        raise ValueError(f"{owner}: ecmp_qps_per_connection must be an int in "
+                         f"1..{MAX_QPS_PER_CONNECTION}, got {qps!r}")
 
 
 SYSTEM_KEYS = tuple(field.name for field in dataclasses.fields(SystemSpec))
+REQUIRED_KEYS = tuple(field.name for field in dataclasses.fields(SystemSpec)
+                      if field.default is dataclasses.MISSING)
 FILE_KEYS = ("extends",) + SYSTEM_KEYS
 
 
@@ -173,10 +204,10 @@ def _system_from_mapping(data: Any, source: Path, chain: tuple[str, ...],
     if "oversubscription" in changes:
         changes["oversubscription"] = _number("oversubscription", changes["oversubscription"])
     if base is None:
-        missing = [item for item in SYSTEM_KEYS if item not in changes]
+        missing = [item for item in REQUIRED_KEYS if item not in changes]
         if missing:
-            raise ValueError(f"missing key {missing[0]!r}: required are {', '.join(SYSTEM_KEYS)} "
-                             f"(or give extends: SYSTEM)")
+            raise ValueError(f"missing key {missing[0]!r}: required are "
+                             f"{', '.join(REQUIRED_KEYS)} (or give extends: SYSTEM)")
         return SystemSpec(**changes)
     if "name" in changes:
         return dataclasses.replace(base, **changes)

@@ -13,8 +13,12 @@ trays (planes) and NCCL / HybridEP stripe traffic over all of them, so the fluid
 sees ONE switch node per NVLink domain whose GPU port capacity is
     nvlink_bandwidth x (trays - failed_trays) / trays;
 the node records chips (18), trays (9) and failed_trays. Likewise each spine tier is one node
-per group (ECMP spreads flows evenly) and a leaf's uplink edge carries the leaf's whole uplink
-bandwidth. Under perfect striping this is exact, and it keeps the graph small and routes unique.
+per group and a leaf's uplink edge carries the leaf's whole uplink bandwidth. Under perfect
+striping (adaptive routing) this is exact, and it keeps the graph small and routes unique.
+Under static ECMP hashing an aggregated edge records `ecmp_ports`, the physical ports it
+stands for, onto each of which a flow's `ecmp_qps_per_flow` queue pairs are hashed; the fluid
+network (simulator.network) turns that into the share of the edge's capacity that hashing
+delivers. ecmp_ports is 0 on every edge that is one port or is routed adaptively.
 
 Routing: GPUs of one domain talk gpu -> nvsw -> gpu; GPUs of different domains take the shortest
 path through the scale-out fabric, gpu -> nic -> leaf [-> spine [-> core -> spine] -> leaf] ->
@@ -46,6 +50,8 @@ class Link:
     capacity_bytes_per_s: float
     latency_s: float
     tier: str
+    ecmp_ports: int = 0
+    ecmp_qps_per_flow: int = 1
 
     def __post_init__(self) -> None:
         owner = f"link {self.src}->{self.dst}"
@@ -60,6 +66,10 @@ class Link:
             raise ValueError(f"{owner}: latency_s must be a number >= 0, got {self.latency_s!r}")
         if self.tier not in TIERS:
             raise ValueError(f"{owner}: unknown tier {self.tier!r}: known are {', '.join(TIERS)}")
+        for name, low in (("ecmp_ports", 0), ("ecmp_qps_per_flow", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{owner}: {name} must be an int >= {low}, got {value!r}")
 
 
 def _is_number(value: Any) -> bool:
@@ -286,5 +296,7 @@ def _index_links(graph: nx.DiGraph) -> tuple[Link, ...]:
             capacity_bytes_per_s=data.get("capacity_bytes_per_s"),
             latency_s=data.get("latency_s"),
             tier=data.get("tier"),
+            ecmp_ports=data.get("ecmp_ports", 0),
+            ecmp_qps_per_flow=data.get("ecmp_qps_per_flow", 1),
         ))
     return tuple(links)
