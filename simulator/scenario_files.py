@@ -39,7 +39,7 @@ from workloads.parallelism import ParallelPlan, validate_plan
 from workloads.recipe_files import load_recipe_file, recipe_from_mapping
 from workloads.recipes import RECIPES, Recipe, recipe_with
 
-from simulator.calibration import CostParams, params_with
+from simulator.calibration import DEFAULT_PARAMS, CostParams, params_with
 from simulator.scenario import WHAT_IF_FIELDS, Scenario, default_scenario
 
 SCENARIO_KEYS = ("extends", "system", "model", "plan", "recipe", "domain_size", "failed_trays",
@@ -200,7 +200,7 @@ def _what_ifs(data: dict[str, Any], base: Scenario | None, origin: Origin) -> di
 
 def _calibration(value: Any, params: CostParams | None, origin: Origin) -> CostParams:
     """CostParams with each given field (or existing mapping entry) set; validated."""
-    params = params or CostParams()
+    params = params or DEFAULT_PARAMS
     check_keys(value, tuple(f.name for f in fields(CostParams)), origin)
     for key, item in value.items():
         current = getattr(params, key)

@@ -65,7 +65,8 @@ def test_flags_and_set_reach_the_scenario(capsys):
 
 def test_slower_gemms_slow_the_step(capsys):
     fast = _run_json(capsys, "--gbs", "256")["step_time_s"]
-    slow = _run_json(capsys, "--gbs", "256", "--set", "calibration.gemm_efficiency.fp8=0.35")
+    slow = _run_json(capsys, "--gbs", "256",
+                     "--set", "calibration.gemm_efficiency.blackwell-ultra-fp8=0.35")
     assert slow["step_time_s"] > fast
 
 
