@@ -26,6 +26,7 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from topologies.systems import system_gpu
+from workloads.recipes import DISPATCHERS
 
 from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
 from simulator.scenario import Scenario
@@ -101,9 +102,6 @@ def _with_values(base: CostParams, parameters: tuple[FitParameter, ...],
     return params
 
 
-DISPATCHER_KEYS = ("hybridep", "deepep", "alltoall", "allgather")
-
-
 def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
     """Whether cost parameter `key` can change `scenario`'s step under `params` (used to
     skip rows when differencing; when unsure, True)."""
@@ -115,7 +113,7 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):
         algorithm = entry.split("-")[0]
-        return algorithm not in DISPATCHER_KEYS or (
+        return algorithm not in DISPATCHERS or (
             scenario.model.is_moe and recipe.dispatcher == algorithm)
     if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):
         architecture, _, precision = entry.rpartition("-")
@@ -139,14 +137,14 @@ def _scenario_or_none(row: dict[str, Any]) -> Scenario | None:
         return None
 
 
-def short_row(row: dict[str, Any]) -> dict[str, Any]:
-    """The row with its global batch cut to two micro batches per pipeline stage: a cheap
-    stand-in whose sensitivities to the cost parameters approximate the whole step's (the
-    Jacobian only steers the steps; every step is judged on whole steps)."""
-    try:
-        plan = row_scenario(row).plan
-    except ValueError:
+def short_row(row: dict[str, Any], scenario: Scenario | None) -> dict[str, Any]:
+    """The row (whose Scenario is `scenario`, None if it has none) with its global batch cut
+    to two micro batches per pipeline stage: a cheap stand-in whose sensitivities to the cost
+    parameters approximate the whole step's (the Jacobian only steers the steps; every step
+    is judged on whole steps)."""
+    if scenario is None:
         return row
+    plan = scenario.plan
     microbatches = 2 * plan.pp
     if plan.num_microbatches <= microbatches:
         return row
@@ -190,9 +188,9 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     initial_rms = _rms(residual)
     if progress is not None:
         progress(counter.calls, initial_rms)
-    touched = _touched_rows(parameters, [_scenario_or_none(r) for r in used],
-                            _with_values(base, parameters, x))
-    short = [short_row(row) for row in used]
+    scenarios = [_scenario_or_none(row) for row in used]
+    touched = _touched_rows(parameters, scenarios, _with_values(base, parameters, x))
+    short = [short_row(row, scenario) for row, scenario in zip(used, scenarios)]
     short_residual = errors(x, short)
     jacobian = np.zeros((len(used), len(parameters)))
     for column, indices in enumerate(touched):

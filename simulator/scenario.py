@@ -182,13 +182,19 @@ def asymmetric_ranks(scenario: Scenario) -> tuple[frozenset[int], ...]:
     return tuple(ranks for ranks in sets if ranks)
 
 
+def check_scenario(scenario: Scenario) -> MemoryEstimate:
+    """The plan's rules and its peak memory per GPU; a one-line error if either fails."""
+    validate_plan(scenario.plan, scenario.model)
+    memory = peak_memory(scenario.model, scenario.plan, scenario.recipe)
+    check_fits(memory, system_gpu(scenario.system))
+    return memory
+
+
 def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
     """Validate, check memory, build, replay and measure one training step."""
     model, plan, recipe_ = scenario.model, scenario.plan, scenario.recipe
-    validate_plan(plan, model)
+    memory = check_scenario(scenario)
     gpu = system_gpu(scenario.system)
-    memory = peak_memory(model, plan, recipe_)
-    check_fits(memory, gpu)
     topology = scenario_topology(scenario)
     graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_), folded=folded,
                        asymmetric=asymmetric_ranks(scenario))

@@ -20,12 +20,10 @@ from dataclasses import replace
 
 from topologies.systems import system_gpu
 from workloads.flops import model_flops_per_step
-from workloads.parallelism import validate_plan
 
 from simulator.costs import peak_key
-from simulator.memory import check_fits, peak_memory
 from simulator.metrics import StepMetrics
-from simulator.scenario import Scenario, run_scenario
+from simulator.scenario import Scenario, check_scenario, run_scenario
 
 # Pipeline depths of warm-up before the first sample point, and between the two points.
 WARMUP_DEPTHS = 2
@@ -54,8 +52,7 @@ def run_steady_state(scenario: Scenario) -> StepMetrics:
     points = sample_microbatches(plan.num_microbatches, plan.pp)
     if points is None:
         return run_scenario(scenario).metrics
-    validate_plan(plan, scenario.model)
-    check_fits(peak_memory(scenario.model, plan, scenario.recipe), system_gpu(scenario.system))
+    check_scenario(scenario)
     first, second = (run_scenario(_with_microbatches(scenario, m)).metrics for m in points)
     span, steps = points[1] - points[0], plan.num_microbatches - points[0]
     step_s = _affine(first.step_time_s, second.step_time_s, span, steps)

@@ -19,7 +19,7 @@ from workloads import flops
 from workloads.graph import KernelClass, Work
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan
-from workloads.recipes import Recipe
+from workloads.recipes import NCCL_DISPATCHERS, Recipe
 
 BF16_BYTES = 2
 BACKWARD_GEMM_FACTOR = 2.0
@@ -62,7 +62,7 @@ NORM_QUANT_FUSED_SAVED_KERNELS = (2, 2)
 
 def _router_kernels(recipe: Recipe) -> tuple[int, int]:
     total = ROUTER_KERNELS_FUSED if recipe.router_fusion else ROUTER_KERNELS_UNFUSED
-    if recipe.dispatcher not in ("alltoall", "allgather"):
+    if recipe.dispatcher not in NCCL_DISPATCHERS:
         total -= FLEX_PREPROCESS_SAVED_KERNELS
     return (total + 1) // 2, total // 2
 
@@ -100,7 +100,7 @@ def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Reci
     one per distinct destination rank with DeepEP/HybridEP (uniform routing):
     ep * (1 - C(E - E/ep, k) / C(E, k))."""
     k, experts = model.moe_router_topk, model.num_experts
-    if recipe.dispatcher in ("alltoall", "allgather"):
+    if recipe.dispatcher in NCCL_DISPATCHERS:
         return float(k)
     local = experts // plan.ep
     return plan.ep * (1 - comb(experts - local, k) / comb(experts, k))
