@@ -8,7 +8,8 @@ from typing import Any, Mapping
 
 GIB = 2**30
 BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "elementwise", "optimizer", "launch",
-                   "exposed_ep", "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble")
+                   "exposed_ep", "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble",
+                   "gpu_variation")
 BREAKDOWN_LABELS = {
     "compute": "compute (model GEMMs, attention)", "recompute": "recompute",
     "moe_overhead": "router, permute, unpermute", "optimizer": "optimizer step",
@@ -16,6 +17,7 @@ BREAKDOWN_LABELS = {
     "launch": "host launch (CPU-bound)", "exposed_ep": "exposed EP all-to-all",
     "exposed_tp": "exposed TP collectives", "exposed_pp": "exposed PP send/recv",
     "exposed_dp": "exposed DP reduce/gather", "pipeline_bubble": "pipeline bubble",
+    "gpu_variation": "waiting for the slowest GPU",
 }
 
 

@@ -53,6 +53,11 @@ class CostParams:
     # its GPU's NUMA node (remote memory, migrating threads; the GB200 guide §2.4 measured
     # bindpcie as its second-largest single gain). No micro-benchmark found: fitted.
     unbound_host_slowdown: float = 1.3
+    # Coefficient of variation of a GPU's persistent compute speed among identical GPUs:
+    # Sinha et al. (SC22, arXiv 2208.11035) measured an 8 % average spread between the GPUs of
+    # one cluster (outliers up to 1.5x slower: a straggler what-if); read as a +-3 sigma
+    # range, cv = 8 % / 6. A step runs at its slowest GPU's pace (simulator.variability).
+    gpu_speed_cv: float = 0.013
     # GPU idle between dependent kernels launched eagerly vs from a CUDA graph, seconds.
     kernel_gap_s: float = 2e-6
     graphed_kernel_gap_s: float = 0.5e-6
@@ -88,6 +93,8 @@ class CostParams:
         for name in ("unbound_host_slowdown", "unfused_permute_slowdown"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
+        if not 0 <= self.gpu_speed_cv < 0.2:
+            raise ValueError(f"gpu_speed_cv={self.gpu_speed_cv}: must be in [0, 0.2)")
         for name in ("host_launch_s", "kernel_gap_s", "graphed_kernel_gap_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 0")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from simulator.engine import TaskRecord, Trace
+from simulator.variability import with_variation_wait
 
 EXPOSED_ORDER = ("ep", "tp", "pp", "dp")
 
@@ -118,12 +119,15 @@ def step_breakdown(trace: Trace,
 
 def step_metrics(trace: Trace, *, num_gpus: int, tokens_per_step: float,
                  model_flops_per_step: float, peak_flops_per_s: float,
-                 gpus_per_rank: Sequence[int] | None = None) -> StepMetrics:
-    """Throughput, TFLOPs/GPU, MFU and the breakdown (`step_breakdown`) of one step."""
+                 gpus_per_rank: Sequence[int] | None = None,
+                 variation_slowdown: float = 1.0) -> StepMetrics:
+    """Throughput, TFLOPs/GPU, MFU and the breakdown (`step_breakdown`) of one step whose
+    compute ran at the slowest GPU's pace, `variation_slowdown` (simulator.variability)."""
     step_s = trace.step_time_s
     flops_per_gpu_s = model_flops_per_step / (step_s * num_gpus)
     return StepMetrics(step_time_s=step_s,
                        tokens_per_s_per_gpu=tokens_per_step / (step_s * num_gpus),
                        tflops_per_gpu=flops_per_gpu_s / 1e12,
                        mfu=flops_per_gpu_s / peak_flops_per_s,
-                       breakdown_s=step_breakdown(trace, gpus_per_rank))
+                       breakdown_s=with_variation_wait(step_breakdown(trace, gpus_per_rank),
+                                                       variation_slowdown))

@@ -33,6 +33,7 @@ from simulator.costs import peak_key
 from simulator.engine import Trace, simulate
 from simulator.memory import MemoryEstimate, check_fits, peak_memory
 from simulator.metrics import StepMetrics, step_metrics
+from simulator.variability import slowest_gpu_slowdown
 
 DEGRADED_TIERS = ("nic", "nvlink")
 WHAT_IF_FIELDS = ("straggler_gpu", "straggler_slowdown", "degraded_link",
@@ -199,13 +200,16 @@ def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
     graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_), folded=folded,
                        asymmetric=asymmetric_ranks(scenario))
     params = host_params(scenario.params, recipe_.host_numa_bound)
+    pace = slowest_gpu_slowdown(plan.num_gpus, params.gpu_speed_cv)
+    straggler = compute_slowdown(scenario)
     trace = simulate(graph, topology, params, nvls=recipe_.nccl_nvls,
-                     compute_slowdown=compute_slowdown(scenario))
+                     compute_slowdown={rank: max(pace, straggler.get(rank, 1.0))
+                                       for rank in graph.simulated_ranks})
     metrics = step_metrics(
         trace, num_gpus=plan.num_gpus, tokens_per_step=plan.gbs * plan.seq_len,
         model_flops_per_step=model_flops_per_step(model, plan.seq_len, plan.gbs, plan.tp),
         peak_flops_per_s=gpu.peak(peak_key(recipe_.precision)),
-        gpus_per_rank=graph.gpus_per_rank)
+        gpus_per_rank=graph.gpus_per_rank, variation_slowdown=pace)
     return Result(scenario=scenario, metrics=metrics, memory=memory,
                   model_flops_per_token=model_flops_per_token(model, plan.seq_len, plan.tp),
                   trace=trace)

@@ -95,6 +95,8 @@ def test_weak_scaling_keeps_the_batch_per_dp_rank(make_scenario):
     assert frame["scaling_efficiency"].iloc[1] == pytest.approx(
         frame["tokens_per_s_per_gpu"].iloc[1] / frame["tokens_per_s_per_gpu"].iloc[0])
     assert set(frame["scaling"]) == {"weak"}
+    wait = frame["breakdown_gpu_variation_s"] / frame["step_time_s"]
+    assert wait.iloc[1] > wait.iloc[0] > 0  # the slowest of more GPUs is slower
 
 
 def test_strong_scaling_keeps_the_global_batch(make_scenario):
