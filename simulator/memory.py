@@ -3,9 +3,10 @@ flight, communication buffers and a fixed framework reserve.
 
     weights     = P * 2 (BF16); FSDP: the shard plus two gathered layers (one prefetched)
     gradients   = P * grad bytes; FSDP: the shard plus one layer being reduced
-    optimizer   = (P_dense / dp + P_expert / expert_dp) * optimizer bytes per parameter
+    optimizer   = (P_dense / (dp * cp) + P_expert / expert_dp) * optimizer bytes per parameter
     activations = units in flight * tokens per GPU * sum over the unit's layers of the bytes
-                  a layer keeps for backward (less what recompute discards)
+                  a layer keeps for backward (less what recompute discards), less the
+                  share of the rank's layers whose activations are offloaded to the host
 
 Units in flight on a pipeline rank are its warm-up forwards plus the one in progress. The
 per-token activation bytes follow the layer's saved tensors (Korthikanti et al. 2022 style):
@@ -121,7 +122,9 @@ def activation_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, stage
                                     sum(s.count("t") for s in stages[:chunk * plan.pp + stage]))
              for chunk in range(plan.vpp)]
     in_flight = warmup_forwards(stage, plan.pp, plan.vpp, plan.num_microbatches) + 1
-    return in_flight * sum(units) / len(units)
+    layers = sum(stages[chunk * plan.pp + stage].count("t") for chunk in range(plan.vpp))
+    on_gpu = 1.0 - min(recipe.activation_offload_layers, layers) / max(layers, 1)
+    return in_flight * on_gpu * sum(units) / len(units)
 
 
 def buffer_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
@@ -139,7 +142,9 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
     dense, expert = rank_params(model, plan, stages, stage)
     params = dense + expert
     fsdp = plan.dp_sharding == "fsdp"
-    shard = dense / plan.dp + expert / plan.expert_dp
+    # Megatron shards dense state over data parallelism with context parallelism (CP ranks
+    # hold the same weights): parallel_state's data-parallel group with_context_parallel.
+    shard = dense / (plan.dp * plan.cp) + expert / plan.expert_dp
     layer = max(sum(chunk_params(model, plan, stages, c * plan.pp + stage))
                 / max(1, len(stages[c * plan.pp + stage])) for c in range(plan.vpp))
     return MemoryEstimate(

@@ -158,6 +158,7 @@ def test_virtual_pipeline_size_comes_from_any_of_megatrons_three_forms(line: str
     ("ddp.grad_reduce_in_fp32=false", {"grad_reduce_dtype_bytes": 2}),
     ("--use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype bf16",
      {"optimizer_state_bytes_per_param": 7.0}),
+    ("--cpu-offloading --cpu-offloading-num-layers 40", {"activation_offload_layers": 40}),
 ])
 def test_recipe_flags_follow_megatrons_rules(line: str, fields_: dict[str, object]) -> None:
     assert parse_megatron_args(line).recipe_fields == fields_
@@ -165,13 +166,15 @@ def test_recipe_flags_follow_megatrons_rules(line: str, fields_: dict[str, objec
 
 def test_dependent_flags_without_their_primary_are_listed_with_the_reason() -> None:
     imported = parse_megatron_args("--recompute-modules mlp --exp-avg-dtype bf16 "
-                                   "--fp8-recipe mxfp8 --cuda-graph-scope attn")
+                                   "--fp8-recipe mxfp8 --cuda-graph-scope attn "
+                                   "--cpu-offloading-num-layers 3")
     assert imported.recipe_fields == {}
     assert imported.ignored == (
         "--fp8-recipe mxfp8 (needs --fp8-format)",
         "--cuda-graph-scope attn (needs --cuda-graph-impl)",
         "--recompute-modules mlp (needs --recompute-granularity)",
-        "--exp-avg-dtype bf16 (needs --use-precision-aware-optimizer)")
+        "--exp-avg-dtype bf16 (needs --use-precision-aware-optimizer)",
+        "--cpu-offloading-num-layers 3 (needs --cpu-offloading)")
 
 
 def test_fsdp_and_sharding_strategies() -> None:

@@ -24,6 +24,7 @@ SWITCH_PROTOCOLS = ("infiniband", "ethernet")
 
 GB = 1e9  # decimal gigabyte, as datasheets use it
 TB = 1e12
+MIB = 2**20  # binary mebibyte, as nvidia-smi reports memory
 TFLOPS = 1e12
 PFLOPS = 1e15
 GBIT = 1e9 / 8  # one gigabit in bytes
@@ -249,14 +250,18 @@ GPUS: dict[str, GPUSpec] = {
     # GB300 in NVL72 (1,400 W): 2.5/5/15 PF dense (verda.com GB300 blog rack totals 180 PF BF16,
     # 360 PF FP8; NVIDIA MLPerf v5.1 blog 15 PF NVFP4); 279 GB usable of 288 (same blog).
     "gb300": _blackwell("gb300", 160, (2.5, 5.0, 15.0), 279, "blackwell-ultra"),
-    # H100 SXM5: 80 GB HBM3, 3.35 TB/s, 18 NVLink4 links (NVIDIA H100 datasheet via glennklockwood).
-    "h100": _hopper("h100", 80 * GB, 3.35 * TB, 18),
+    # H100 SXM5: "80 GB" HBM3, 3.35 TB/s, 18 NVLink4 links (NVIDIA H100 datasheet via
+    # glennklockwood). Usable: nvidia-smi reports 81,559 MiB total on an "H100 80GB HBM3"
+    # (public nvidia-smi logs), i.e. 80 GiB less the driver's reservation.
+    "h100": _hopper("h100", 81559 * MIB, 3.35 * TB, 18),
     # H800 SXM5: H100 with NVLink cut to 400 GB/s bidirectional = 8 links x 25 GB/s per direction
     # (NVIDIA H800 datasheet via philisun.com H800-vs-H100; DeepSeek-V3 report section 3.2).
-    "h800": _hopper("h800", 80 * GB, 3.35 * TB, 8),
+    # Same 81,559 MiB of HBM3 as the H100 (same board).
+    "h800": _hopper("h800", 81559 * MIB, 3.35 * TB, 8),
     # H200 SXM: 141 GB HBM3e, 4.8 TB/s, 18 NVLink4 links (NVIDIA H200 page via datacrunch.io;
-    # MLPerf Inference v4.1 NVIDIA system JSON).
-    "h200": _hopper("h200", 141 * GB, 4.8 * TB, 18),
+    # MLPerf Inference v4.1 NVIDIA system JSON); nvidia-smi reports 143,771 MiB usable (public
+    # nvidia-smi logs).
+    "h200": _hopper("h200", 143771 * MIB, 4.8 * TB, 18),
     # B200 HGX/DGX (1,000 W): 2.25/4.5/9 PF dense, 180 GB usable of 192 (NVIDIA Blackwell
     # datasheet via glennklockwood.com/garden/processors/B200; TorchTitan peak 2.25e15).
     "b200": _blackwell("b200", 148, (2.25, 4.5, 9.0), 180),

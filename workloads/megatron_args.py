@@ -166,7 +166,8 @@ _SWITCHES = """--group-query-attention --multi-latent-attention --swiglu
     --overlap-param-gather --recompute-activations --fp8-dot-product-attention --fp8-param-gather
     --grad-reduce-in-bf16 --grad-reduce-in-fp32 --accumulate-allreduce-grads-in-fp32
     --use-precision-aware-optimizer --qk-layernorm --disable-bias-linear --add-bias-linear
-    --moe-router-fusion --moe-permute-fusion NCCL_NVLS_ENABLE NVTE_NORM_FWD_USE_CUDNN""".split()
+    --moe-router-fusion --moe-permute-fusion NCCL_NVLS_ENABLE NVTE_NORM_FWD_USE_CUDNN
+    --cpu-offloading""".split()
 _FLAGS: dict[str, Parser] = {
     **dict.fromkeys("""--hidden-size --num-layers --ffn-hidden-size --num-attention-heads
         --num-query-groups --kv-channels --q-lora-rank --kv-lora-rank --qk-head-dim --v-head-dim
@@ -178,7 +179,8 @@ _FLAGS: dict[str, Parser] = {
         --recompute-num-layers --nnodes --nproc-per-node --num-gpus""".split(),
                     _POSITIVE),
     **dict.fromkeys(["--qk-pos-emb-head-dim", "--num-experts", "--mtp-num-layers",
-                     "--moe-shared-expert-intermediate-size"], _COUNT),
+                     "--moe-shared-expert-intermediate-size", "--cpu-offloading-num-layers"],
+                    _COUNT),
     **dict.fromkeys(_SWITCHES, _switch),
     **dict.fromkeys(["--main-grads-dtype", "--main-params-dtype", "--exp-avg-dtype",
                      "--exp-avg-sq-dtype"], _dtype_bytes),

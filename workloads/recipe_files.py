@@ -73,7 +73,7 @@ def recipe_fields_from_flags(flags: FlagValues) -> dict[str, Any]:
         flags.ignore("only modelled with --overlap-moe-expert-parallel-comm",
                      "--delay-wgrad-compute")
     for part in (_precision, _dispatcher, _cuda_graphs, _recompute, _capacity, _grad_reduce,
-                 _optimizer_state):
+                 _optimizer_state, _offload):
         result.update(part(flags))
     return result
 
@@ -120,6 +120,14 @@ def _dispatcher(flags: FlagValues) -> dict[str, Any]:
                  sms["hybridep" if backend == "deepep" else "deepep"])
     return {"dispatcher": backend,
             "dispatcher_sms": flags.get(sms[backend], flags.defaults[sms[backend]])}
+
+
+def _offload(flags: FlagValues) -> dict[str, Any]:
+    """--cpu-offloading keeps --cpu-offloading-num-layers layers' activations on the host."""
+    if not flags.get("--cpu-offloading"):
+        flags.ignore("needs --cpu-offloading", "--cpu-offloading-num-layers")
+        return {"activation_offload_layers": 0} if flags.has("--cpu-offloading") else {}
+    return {"activation_offload_layers": flags.get("--cpu-offloading-num-layers", 0)}
 
 
 def _cuda_graphs(flags: FlagValues) -> dict[str, Any]:

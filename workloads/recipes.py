@@ -41,6 +41,9 @@ class Recipe:
     fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
     optimizer_state_bytes_per_param: main params + both Adam moments (see module docstring).
     nccl_nvls: NCCL may use NVLink SHARP (in-switch reduction) collectives.
+    activation_offload_layers: --cpu-offloading-num-layers: that many layers of each rank keep
+        their activations in host memory (copied while the GPU computes; counted in memory,
+        taken as hidden in time).
 
     Kernel-level features of the Megatron GB200 guide (deepseek-v3-gb200-optimization.md,
     "guide" below), each acting on kernel counts, kernel speed or host cost:
@@ -74,6 +77,7 @@ class Recipe:
     fp8_param_gather: bool = False
     optimizer_state_bytes_per_param: float = 12.0
     nccl_nvls: bool = True
+    activation_offload_layers: int = 0
     router_fusion: bool = False
     permute_fusion: bool = False
     quant_alloc_fusion: bool = True
@@ -124,6 +128,10 @@ def _check_numbers(r: Recipe) -> None:
     if r.optimizer_state_bytes_per_param <= 0:
         raise ValueError(f"optimizer_state_bytes_per_param={r.optimizer_state_bytes_per_param}: "
                          f"must be > 0")
+    if isinstance(r.activation_offload_layers, bool) or not isinstance(
+            r.activation_offload_layers, int) or r.activation_offload_layers < 0:
+        raise ValueError(f"activation_offload_layers={r.activation_offload_layers!r}: must be "
+                         "a whole number >= 0")
 
 
 def _check_compatibility(r: Recipe) -> None:
@@ -283,7 +291,11 @@ _RELEASES = (
     # AutoModel (FSDP2 + DeepEP): eager PyTorch, FP32 gradient reduction.
     replace(_MEGATRON_DEFAULTS, name="llama3-2024"),
     replace(_MEGATRON_DEFAULTS, name="torchtitan-2025"),
-    replace(_MEGATRON_DEFAULTS, name="automodel-2026", dispatcher="deepep", dispatcher_sms=24),
+    # AutoModel's benchmark configs (NVIDIA-NeMo/Automodel examples/benchmark/configs/
+    # deepseek_v3_te_deepep.yaml, qwen3_moe_30b_te_deepep.yaml): parallelizer
+    # activation_checkpointing: true, i.e. every transformer block recomputed.
+    replace(_MEGATRON_DEFAULTS, name="automodel-2026", dispatcher="deepep", dispatcher_sms=24,
+            recompute_modules=FULL_RECOMPUTE),
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RELEASES}
