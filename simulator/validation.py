@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from topologies.systems import load_system
 from workloads.flops import reported_flops_per_token
+from workloads.model_presets import model_preset
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import GB200_GUIDE, Recipe, guide_step_recipe, recipe, recipe_with
@@ -92,12 +93,14 @@ def _flag(text: str) -> bool | None:
 
 
 def _release_recipe(row: dict[str, Any]) -> Recipe:
-    """The row's release; a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
+    """The row's release with its performance scripts' preset for the row's model and GPU
+    (workloads.model_presets); a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
     the name, data/README.md) gets the guide's recipe after step NN."""
     ladder = LADDER_NAME.match(row["name"])
     if row["release"] == GB200_GUIDE and ladder:
         return guide_step_recipe(int(ladder.group(1)))
-    return recipe(row["release"])
+    return recipe_with(recipe(row["release"]), **model_preset(
+        row["release"], row["model"], row["gpu"], row["precision"]))
 
 
 def row_recipe(row: dict[str, Any]) -> Recipe:

@@ -1,0 +1,76 @@
+"""Per-model presets of the Megatron-Bridge performance scripts (workloads.model_presets), as a
+validated row gets them, and the memory effects they bring (activation offload; dense state
+sharded over data x context parallelism)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.memory import estimate_memory
+from simulator.validation import row_recipe
+from workloads.model_presets import model_preset
+from workloads.models import model_spec
+from workloads.parallelism import ParallelPlan
+from workloads.recipes import recipe, recipe_with
+
+ROW = {"name": "r", "recompute": "", "dispatcher": "", "cuda_graphs": "", "a2a_overlap": "",
+       "fp8_attention": ""}
+
+
+def _row(model: str, gpu: str, release: str, precision: str, **flags: str) -> dict[str, str]:
+    return {**ROW, "model": model, "gpu": gpu, "release": release, "precision": precision,
+            **flags}
+
+
+def test_deepseek_rows_keep_the_release_recipe():
+    assert model_preset("mbridge-26.06", "deepseek-v3", "gb300", "mxfp8") == {}
+    assert row_recipe(_row("deepseek-v3", "gb300", "mbridge-26.06", "mxfp8")) == recipe_with(
+        recipe("mbridge-26.06"), precision="mxfp8")
+
+
+def test_qwen3_on_nvl72_runs_hybridep_with_scoped_graphs_and_no_a2a_overlap():
+    qwen = row_recipe(_row("qwen3-30b-a3b", "gb300", "mbridge-26.06", "mxfp8"))
+    assert (qwen.dispatcher, qwen.dispatcher_sms, qwen.cuda_graphs) == ("hybridep", 32, "partial")
+    assert not qwen.a2a_overlap and not qwen.fp8_attention and qwen.recompute_modules == ()
+    assert qwen.expert_capacity_factor is None
+
+
+def test_gpt_oss_switches_to_the_v2_preset_with_mxfp8_from_26_06():
+    bf16 = row_recipe(_row("gpt-oss-120b", "gb200", "mbridge-26.04", "bf16"))
+    assert bf16.dispatcher == "alltoall" and bf16.recompute_modules == ("layernorm", "moe_act")
+    mx = row_recipe(_row("gpt-oss-120b", "gb300", "mbridge-26.08", "mxfp8"))
+    assert (mx.dispatcher, mx.cuda_graphs, mx.a2a_overlap) == ("hybridep", "full", True)
+    assert mx.expert_capacity_factor == 1.5
+
+
+def test_a_rows_own_flags_override_the_preset():
+    qwen = row_recipe(_row("qwen3-235b-a22b", "gb200", "mbridge-26.02", "mxfp8",
+                           dispatcher="deepep", cuda_graphs="none"))
+    assert (qwen.dispatcher, qwen.cuda_graphs) == ("deepep", "none")
+
+
+def test_llama_fsdp_presets_offload_activations_and_it_shows_in_memory():
+    llama = model_spec("llama3-70b")
+    plan = ParallelPlan(num_gpus=64, gbs=256, mbs=2, seq_len=8192, dp_sharding="fsdp")
+    offloaded = row_recipe(_row("llama3-70b", "gb200", "mbridge-26.02", "fp8-cs"))
+    assert offloaded.activation_offload_layers == 40
+    kept = replace(offloaded, activation_offload_layers=0)
+    on_gpu = estimate_memory(llama, plan, offloaded, 0).activations_bytes
+    assert on_gpu == pytest.approx(
+        estimate_memory(llama, plan, kept, 0).activations_bytes * (80 - 40) / 80)
+
+
+def test_dense_optimizer_state_is_sharded_over_data_and_context_parallelism():
+    llama = model_spec("llama3-8b")
+    base = recipe("megatron-defaults")
+    without_cp = estimate_memory(llama, ParallelPlan(num_gpus=4, gbs=8, seq_len=8192), base, 0)
+    with_cp = estimate_memory(llama, ParallelPlan(num_gpus=8, cp=2, gbs=8, seq_len=8192),
+                              base, 0)
+    assert with_cp.optimizer_bytes == pytest.approx(without_cp.optimizer_bytes / 2)
+
+
+def test_a_negative_offload_gets_a_one_line_error():
+    with pytest.raises(ValueError, match="activation_offload_layers=-1: must be a whole number"):
+        recipe_with(recipe("megatron-defaults"), activation_offload_layers=-1)

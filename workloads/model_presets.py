@@ -1,0 +1,113 @@
+"""Per-model presets of the Megatron-Bridge performance scripts, on top of a release recipe.
+
+A Megatron-Bridge release's recipe in workloads.recipes is its DeepSeek-V3 configuration. The
+same container runs other models with their own presets (dispatcher, CUDA graphs, recompute,
+activation offload), from `scripts/performance/configs/<family>/*_workload_base_configs.py`
+and `*_llm_pretrain.py` in NVIDIA-NeMo/Megatron-Bridge. Script versions are matched to
+containers by content (the index keeps commits, not tags): the old per-model layout with
+HybridEP and TE-scoped graphs = 25.11 (commits 767255d2, 6b296ac1); the `_V1/_V2` layout =
+26.02 (f29a269f, 1e7adfa9, 3dafb00a, 3d277f69); the newest stored versions (01b2977e, 07eea52d,
+00919dcf, 0013c9a8) = 26.04 and later. What every preset shares (overrides.py/utils.py of
+those versions): a2a overlap off unless set, recompute off unless set, the cuDNN norm fusion
+environment removed except for some Llama runs, router fusion on for Qwen3 and GPT-OSS.
+
+`model_preset(release, model, gpu, precision)` returns the recipe changes; a row's explicit
+flags still override them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Mapping
+
+MBRIDGE_25_09 = ("mbridge-25.09",)
+MBRIDGE_25_11 = ("mbridge-25.11",)
+MBRIDGE_26 = ("mbridge-26.02", "mbridge-26.04", "mbridge-26.06", "mbridge-26.08")
+MBRIDGE_26_04_ON = ("mbridge-26.04", "mbridge-26.06", "mbridge-26.08")
+MBRIDGE = MBRIDGE_25_09 + MBRIDGE_25_11 + MBRIDGE_26
+ANY = ()
+
+QWEN3 = ("qwen3-30b-a3b", "qwen3-235b-a22b")
+GPT_OSS = ("gpt-oss-120b",)
+LLAMA = ("llama3-8b", "llama3-70b", "llama3.1-405b")
+BLACKWELL_NVL = ("gb200", "gb300", "b300")
+
+HYBRIDEP: dict[str, Any] = {"dispatcher": "hybridep", "dispatcher_sms": 32}
+ALLTOALL: dict[str, Any] = {"dispatcher": "alltoall", "dispatcher_sms": 0}
+
+
+@dataclass(frozen=True, slots=True)
+class Preset:
+    """Recipe `changes` for the models, GPUs, releases and precisions named (empty = any)."""
+
+    models: tuple[str, ...]
+    gpus: tuple[str, ...]
+    releases: tuple[str, ...]
+    changes: Mapping[str, Any]
+    precisions: tuple[str, ...] = ANY
+
+    def applies(self, release: str, model: str, gpu: str, precision: str) -> bool:
+        return all(not allowed or value in allowed for allowed, value in (
+            (self.models, model), (self.gpus, gpu), (self.releases, release),
+            (self.precisions, precision)))
+
+
+def _preset(models: tuple[str, ...], gpus: tuple[str, ...], releases: tuple[str, ...],
+            precisions: tuple[str, ...] = ANY, /, **changes: Any) -> Preset:
+    return Preset(models, gpus, releases, MappingProxyType(changes), precisions)
+
+
+# Later entries win. Sources: the files named in the module docstring, at those commits.
+PRESETS: tuple[Preset, ...] = (
+    # Every non-DeepSeek model: none of the DSv3-only settings (a2a overlap, FP8 attention,
+    # DSv3 recompute lists, cuDNN norm+quantisation env, expert padding for full graphs).
+    _preset(QWEN3 + GPT_OSS + LLAMA, ANY, MBRIDGE, a2a_overlap=False, fp8_attention=False,
+            recompute_modules=(), cuda_graphs="none", norm_quant_fusion=False,
+            expert_capacity_factor=None, shared_expert_overlap=False, **ALLTOALL),
+    # Qwen3: TE-scoped graphs of router and preprocess; HybridEP (32 SMs) on NVL72 and B300
+    # from 25.11 on; alltoall with A2A overlap on H100; 25.09 YAML: graphs on GB200 only.
+    _preset(QWEN3, ("gb200",), MBRIDGE_25_09, cuda_graphs="full"),
+    _preset(QWEN3, BLACKWELL_NVL, MBRIDGE_25_11 + MBRIDGE_26, cuda_graphs="partial",
+            **HYBRIDEP),
+    _preset(QWEN3, ("b200",), MBRIDGE_25_11, a2a_overlap=True),
+    _preset(("qwen3-30b-a3b",), ("b200",), MBRIDGE_26_04_ON, cuda_graphs="partial",
+            **HYBRIDEP),
+    _preset(("qwen3-235b-a22b",), ("b300",), MBRIDGE_26_04_ON, cuda_graphs="none",
+            **ALLTOALL),
+    _preset(QWEN3, ("h100",), MBRIDGE_25_11 + MBRIDGE_26, a2a_overlap=True),
+    # GPT-OSS: alltoall; graphs (TE-scoped) on GB300/B300, recompute of layernorm and MoE
+    # activation elsewhere; the 26.06+ MXFP8 V2 presets on GB200/GB300: HybridEP, one graph
+    # for the whole iteration (expert padding 1.5), A2A overlap, FP8 attention.
+    _preset(GPT_OSS, ("gb300", "b300"), MBRIDGE_25_11 + MBRIDGE_26, cuda_graphs="partial"),
+    _preset(GPT_OSS, ("gb200", "b200", "h100"), MBRIDGE_25_11 + MBRIDGE_26,
+            recompute_modules=("layernorm", "moe_act")),
+    _preset(GPT_OSS, ("gb200", "gb300"), ("mbridge-26.06", "mbridge-26.08"), ("mxfp8",),
+            cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
+            expert_capacity_factor=1.5, **HYBRIDEP),
+    # Llama 3: 70B FSDP runs offload activations of some layers to the host (cpu_offloading_
+    # num_layers: GB200 FP8-CS 40, BF16 20; GB300 FP8-CS 20, BF16 30; B200 FP8-CS 5) and keep the
+    # cuDNN LayerNorm env on GB200/GB300 (70B BF16/FP8-CS, 405B FP8-CS).
+    _preset(("llama3-70b",), ("gb200",), MBRIDGE, ("fp8-cs",), activation_offload_layers=40,
+            norm_quant_fusion=True),
+    _preset(("llama3-70b",), ("gb200",), MBRIDGE, ("bf16",), activation_offload_layers=20),
+    _preset(("llama3-70b",), ("gb300",), MBRIDGE, ("fp8-cs",), activation_offload_layers=20,
+            norm_quant_fusion=True),
+    _preset(("llama3-70b",), ("gb300",), MBRIDGE, ("bf16",), activation_offload_layers=30),
+    _preset(("llama3-70b",), ("b200",), MBRIDGE, ("fp8-cs",), activation_offload_layers=5),
+    _preset(("llama3.1-405b",), ("gb200", "gb300"), MBRIDGE, ("fp8-cs",),
+            norm_quant_fusion=True),
+    # 405B FP8-CS on GB200 ran FSDP with 95 offloaded layers in the 25.x scripts (0fa501ac);
+    # the 26.x 256-GPU (V2) presets drop FSDP and offload.
+    _preset(("llama3.1-405b",), ("gb200",), MBRIDGE_25_09 + MBRIDGE_25_11, ("fp8-cs",),
+            activation_offload_layers=95),
+)
+
+
+def model_preset(release: str, model: str, gpu: str, precision: str) -> dict[str, Any]:
+    """The recipe changes the performance scripts of `release` make for `model` on `gpu`."""
+    changes: dict[str, Any] = {}
+    for preset in PRESETS:
+        if preset.applies(release, model, gpu, precision):
+            changes.update(preset.changes)
+    return changes
