@@ -30,7 +30,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
@@ -160,6 +160,9 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help="simulations of the rows (a Jacobian column counts as one)")
     calibrate.add_argument("--parameters", metavar="KEY,KEY",
                            help="fit only these of the default parameters")
+    calibrate.add_argument("--hold-out", metavar="COLUMN=VALUE[,VALUE]",
+                           help="leave these rows out of the fit (e.g. gpu=gb300) and report "
+                                "how the fitted parameters predict them")
 
 
 def _fit_parameters(selection: str | None) -> tuple[FitParameter, ...]:
@@ -173,11 +176,30 @@ def _fit_parameters(selection: str | None) -> tuple[FitParameter, ...]:
     return tuple(known[key] for key in keys)
 
 
+def _held_out(rows: list[dict[str, Any]], selection: str | None) -> list[dict[str, Any]]:
+    """The rows `--hold-out COLUMN=VALUE[,VALUE]` names (none without the option)."""
+    if selection is None:
+        return []
+    column, _, values = selection.partition("=")
+    wanted = {v.strip() for v in values.split(",") if v.strip()}
+    if not rows or column not in rows[0] or not wanted:
+        known = ", ".join(rows[0]) if rows else "none"
+        raise ValueError(f"--hold-out {selection!r}: must be COLUMN=VALUE[,VALUE] with a "
+                         f"column of the CSV ({known})")
+    held = [row for row in rows if row[column] in wanted]
+    if not held or len(held) == len(rows):
+        raise ValueError(f"--hold-out {selection!r}: must leave some rows in and some out "
+                         f"(it matches {len(held)} of {len(rows)})")
+    return held
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.max_evaluations < 1:
         raise ValueError("--jobs and --max-evaluations must be >= 1")
     parameters = _fit_parameters(args.parameters)
-    rows = read_measurements(args.csv)
+    every_row = read_measurements(args.csv)
+    held = _held_out(every_row, args.hold_out)
+    rows = [row for row in every_row if row not in held]
 
     def progress(evaluation: int, rms: float) -> None:
         print(f"evaluation {evaluation}: rms log error {rms:.4f}", file=sys.stderr)
@@ -196,6 +218,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"rms log error {result.initial_rms_log_error:.4f} -> "
           f"{result.final_rms_log_error:.4f} over {result.rows_used} rows "
           f"({result.rows_failed} failed); written to {args.output}")
+    if held:
+        predicted = validate_rows(held, result.params, jobs=args.jobs)
+        print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
+        print(format_validation([asdict(r) for r in predicted], summarize(predicted)))
     return 0
 
 

@@ -29,6 +29,7 @@ from topologies.systems import system_gpu
 from workloads.recipes import DISPATCHERS
 
 from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
+from simulator.costs import peak_key
 from simulator.scenario import Scenario
 from simulator.validation import RowResult, row_scenario, validate_rows
 
@@ -58,6 +59,10 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
                  meaning=GEMM.format("FP8", "FP8/MXFP8", "Blackwell")),
     FitParameter(key="gemm_efficiency.blackwell-ultra-fp8", lower=0.3, upper=0.95,
                  meaning=GEMM.format("FP8", "FP8/MXFP8", "Blackwell Ultra")),
+    FitParameter(key="gemm_efficiency.blackwell-nvfp4", lower=0.1, upper=0.95,
+                 meaning=GEMM.format("NVFP4", "NVFP4", "Blackwell")),
+    FitParameter(key="gemm_efficiency.blackwell-ultra-nvfp4", lower=0.1, upper=0.95,
+                 meaning=GEMM.format("NVFP4", "NVFP4", "Blackwell Ultra")),
     FitParameter(key="gemm_efficiency.bf16", lower=0.3, upper=0.95,
                  meaning=GEMM.format("BF16", "BF16", "Blackwell and Blackwell Ultra")),
     FitParameter(key="grouped_gemm_efficiency.fp8", lower=0.2, upper=0.95,
@@ -117,6 +122,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
             scenario.model.is_moe and recipe.dispatcher == algorithm)
     if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):
         architecture, _, precision = entry.rpartition("-")
+        if precision != "bf16" and peak_key(recipe.precision) != precision:
+            return False
         if architecture:
             return gpu.architecture == architecture
         return f"{gpu.architecture}-{precision}" not in getattr(params, name)

@@ -81,3 +81,30 @@ def test_bad_calibration_file_gets_one_line_error(tmp_path, capsys, text, words)
     assert main(["run", "--calibration", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and all(w in err for w in words)
+
+
+def test_a_held_out_row_is_left_out_of_the_fit_and_predicted(tmp_path, capsys):
+    from simulator.cli import main
+
+    _synthetic_rows(tmp_path)
+    out = tmp_path / "calibration.yaml"
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
+                 "--max-evaluations", "30", "--parameters", ",".join(TRUE),
+                 "--hold-out", "name=bf16-tp2"]) == 0
+    printed = capsys.readouterr().out
+    fitted, held = printed.split("held out (name=bf16-tp2)")
+    assert "over 3 rows" in fitted and "bf16-tp2" not in fitted
+    row = next(line for line in held.splitlines() if line.startswith("bf16-tp2"))
+    assert abs(float(row.split()[-1])) < 1.0
+
+
+@pytest.mark.parametrize("selection, words", [
+    ("gpu", "COLUMN=VALUE"), ("colour=red", "column of the CSV"),
+    ("gpu=h100,x999", "some rows in and some out"), ("gpu=a100", "matches 0 of 3")])
+def test_a_bad_hold_out_gets_one_line_error(tmp_path, capsys, selection, words):
+    from simulator.cli import main
+
+    assert main(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"),
+                 "--hold-out", selection]) == 2
+    error = capsys.readouterr().err
+    assert words in error and len(error.strip().splitlines()) == 1
