@@ -54,4 +54,4 @@ def test_a_step_runs_at_the_slowest_gpus_pace(make_scenario):
     assert varied.metrics.step_time_s <= steady.metrics.step_time_s * pace * (1 + 1e-9)
     assert sum(varied.metrics.breakdown_s.values()) == pytest.approx(varied.metrics.step_time_s)
     assert varied.metrics.breakdown_s["compute"] == pytest.approx(
-        steady.metrics.breakdown_s["compute"], rel=1e-6)
+        steady.metrics.breakdown_s["compute"], rel=1e-2)
