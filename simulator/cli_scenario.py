@@ -14,12 +14,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from topologies.systems import load_system
+from topologies.systems import load_system, system_gpu
 from workloads.megatron_args import read_megatron_args
 from workloads.model_files import load_model_file
+from workloads.model_presets import model_preset
 from workloads.models import ModelSpec, model_spec
 from workloads.recipe_files import load_recipe_file
-from workloads.recipes import Recipe, recipe, recipe_with
+from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 
 from simulator.calibration import load_calibration
 from simulator.overrides import apply_settings
@@ -94,6 +95,9 @@ def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenar
         scenario = replace(scenario, recipe=recipe_from_name(args.recipe))
     if args.precision:
         scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
+    if (args.recipe or args.model or args.system or args.precision) and not (
+            args.recipe and _is_file(args.recipe)):
+        scenario = _with_model_preset(scenario)
     if args.auto_plan:
         scenario = _auto_plan(scenario, args)
     if args.calibration:
@@ -123,6 +127,24 @@ def model_from_name(name: str) -> ModelSpec:
 def recipe_from_name(name: str) -> Recipe:
     """A catalog recipe, or a recipe YAML file."""
     return load_recipe_file(name) if _is_file(name) else recipe(name)
+
+
+def _with_model_preset(scenario: Scenario) -> Scenario:
+    """A catalog release's recipe as its performance scripts set it for this model and GPU
+    (workloads.model_presets); the changes are named on stderr."""
+    release = scenario.recipe
+    if RECIPES.get(release.name) is None:
+        return scenario
+    gpu = system_gpu(scenario.system).name
+    changes = {key: value for key, value in model_preset(
+        release.name, scenario.model.name, gpu, release.precision).items()
+        if getattr(release, key) != value}
+    if not changes:
+        return scenario
+    listed = ", ".join(f"{key}={value}" for key, value in changes.items())
+    print(f"moesim: {release.name} preset for {scenario.model.name} on {gpu}: {listed}",
+          file=sys.stderr)
+    return replace(scenario, recipe=recipe_with(release, **changes))
 
 
 def _auto_plan(scenario: Scenario, args: argparse.Namespace) -> Scenario:

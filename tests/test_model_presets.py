@@ -4,6 +4,7 @@ sharded over data x context parallelism)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import pytest
@@ -74,3 +75,17 @@ def test_dense_optimizer_state_is_sharded_over_data_and_context_parallelism():
 def test_a_negative_offload_gets_a_one_line_error():
     with pytest.raises(ValueError, match="activation_offload_layers=-1: must be a whole number"):
         recipe_with(recipe("megatron-defaults"), activation_offload_layers=-1)
+
+
+def test_run_puts_another_model_on_its_preset_and_says_so(capsys):
+    from simulator.cli import main
+
+    argv = ["run", "--model", "qwen3-30b-a3b", "--gpus", "8", "--pp", "1", "--vpp", "1",
+            "--ep", "8", "--gbs", "64", "--mbs", "8", "--mtp", "0", "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    recipe_fields = json.loads(captured.out)["scenario"]["recipe"]
+    assert (recipe_fields["cuda_graphs"], recipe_fields["a2a_overlap"]) == ("partial", False)
+    assert "mbridge-26.06 preset for qwen3-30b-a3b on gb300" in captured.err
+    assert main([*argv, "--set", "a2a_overlap=true"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["recipe"]["a2a_overlap"] is True
