@@ -11,7 +11,8 @@ waiting for: the host launching kernels ("launch"), communication in flight on t
 pipeline ("pipeline_bubble"). The breakdown reported is the mean over GPUs: each simulated
 rank's breakdown weighted by the GPUs it stands for (equal weights when every rank stands for
 as many, as in a folded or unfolded step; unequal in a partly unfolded one); its parts add up
-to the step time.
+to the step time. When compute ran at the slowest GPU's pace (simulator.variability), the
+share of busy time a typical GPU spends waiting for it is reported as "gpu_variation".
 """
 
 from __future__ import annotations
