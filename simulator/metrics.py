@@ -22,9 +22,10 @@ from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from simulator.engine import TaskRecord, Trace
-from simulator.variability import with_variation_wait
 
 EXPOSED_ORDER = ("ep", "tp", "pp", "dp")
+LAUNCH, BUBBLE, VARIATION = "launch", "pipeline_bubble", "gpu_variation"
+IDLE_CATEGORIES = (LAUNCH, *(f"exposed_{kind}" for kind in EXPOSED_ORDER), BUBBLE, VARIATION)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,14 +91,14 @@ def rank_breakdown(records: list[TaskRecord], step_time_s: float) -> dict[str, f
     comm_merged = {kind: _merge(spans) for kind, spans in comm.items()}
     for start, end, issued_s in _idle_gaps(compute, step_time_s):
         host_end = min(max(issued_s, start), end)
-        parts["launch"] += host_end - start
+        parts[LAUNCH] += host_end - start
         remaining = [(host_end, end)] if host_end < end else []
         for kind in EXPOSED_ORDER:
             spans = comm_merged.get(kind, [])
             left = [piece for gap in remaining for piece in _subtract(gap, spans)]
             parts[f"exposed_{kind}"] += _length(remaining) - _length(left)
             remaining = left
-        parts["pipeline_bubble"] += _length(remaining)
+        parts[BUBBLE] += _length(remaining)
     return dict(parts)
 
 
@@ -116,6 +117,18 @@ def step_breakdown(trace: Trace,
         for key, value in rank_breakdown(records, trace.step_time_s).items():
             total[key] += value * weight[rank] / gpus
     return {key: total[key] for key in sorted(total) if total[key] > 0}
+
+
+def with_variation_wait(breakdown: Mapping[str, float], slowdown: float) -> dict[str, float]:
+    """`breakdown` of a step run at the slowest GPU's pace, as a typical GPU spends it: each
+    busy category shrinks by 1 / `slowdown`, the difference is waiting (VARIATION)."""
+    if slowdown == 1:
+        return dict(breakdown)
+    keep = 1.0 / slowdown
+    busy = [key for key in breakdown if key not in IDLE_CATEGORIES]
+    result = {k: v * keep if k in busy else v for k, v in breakdown.items()}
+    result[VARIATION] = result.get(VARIATION, 0.0) + sum(breakdown[k] for k in busy) * (1 - keep)
+    return result
 
 
 def step_metrics(trace: Trace, *, num_gpus: int, tokens_per_step: float,

@@ -9,8 +9,8 @@ before the optimizer) waits for it:
 
     slowdown(N) = 1 / (1 - cv * E[max_N z])
 
-The engine runs every simulated GPU's compute at that pace; the breakdown then moves the time
-a typical GPU spends waiting, busy * (1 - 1 / slowdown), out of its busy categories into
+The engine runs every simulated GPU's compute at that pace; simulator.metrics then moves the
+time a typical GPU spends waiting, busy * (1 - 1 / slowdown), out of its busy categories into
 "gpu_variation". This is where weak scaling loses throughput though the step per GPU is the
 same: E[max_N z] grows like sqrt(2 ln N).
 """
@@ -19,12 +19,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from math import erf
-from typing import Mapping
 
 import numpy as np
 
-VARIATION_KEY = "gpu_variation"
-IDLE_PREFIXES = ("launch", "exposed_", "pipeline_bubble")
 _STEP = 1e-3
 _GRID = np.arange(-10.0, 10.0, _STEP) + _STEP / 2
 _NORMAL_CDF = 0.5 * (1.0 + np.vectorize(erf)(_GRID / np.sqrt(2.0)))
@@ -47,19 +44,3 @@ def slowest_gpu_slowdown(num_gpus: int, speed_cv: float) -> float:
         raise ValueError(f"gpu_speed_cv={speed_cv}: the slowest of {num_gpus} GPUs would run "
                          f"at {1 - shortfall:.2f} of the typical speed; allowed is [0, 1)")
     return 1.0 / (1.0 - shortfall)
-
-
-def is_busy(category: str) -> bool:
-    return not category.startswith(IDLE_PREFIXES) and category != VARIATION_KEY
-
-
-def with_variation_wait(breakdown: Mapping[str, float], slowdown: float) -> dict[str, float]:
-    """`breakdown` of a step run at the slowest GPU's pace, as a typical GPU spends it: each
-    busy category shrinks by 1 / `slowdown`, the difference is waiting ("gpu_variation")."""
-    if slowdown == 1:
-        return dict(breakdown)
-    keep = 1.0 / slowdown
-    result = {k: (v * keep if is_busy(k) else v) for k, v in breakdown.items()}
-    waiting = sum(v for k, v in breakdown.items() if is_busy(k)) * (1.0 - keep)
-    result[VARIATION_KEY] = result.get(VARIATION_KEY, 0.0) + waiting
-    return result

@@ -10,8 +10,9 @@ import pytest
 
 from simulator.calibration import CostParams
 from simulator.scenario import run_scenario
-from simulator.variability import (VARIATION_KEY, expected_max_normal, slowest_gpu_slowdown,
-                                   with_variation_wait)
+from simulator.metrics import VARIATION as VARIATION_KEY
+from simulator.metrics import with_variation_wait
+from simulator.variability import expected_max_normal, slowest_gpu_slowdown
 
 
 @pytest.mark.parametrize("count, expected", [
