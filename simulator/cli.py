@@ -176,10 +176,11 @@ def _fit_parameters(selection: str | None) -> tuple[FitParameter, ...]:
     return tuple(known[key] for key in keys)
 
 
-def _held_out(rows: list[dict[str, Any]], selection: str | None) -> list[dict[str, Any]]:
-    """The rows `--hold-out COLUMN=VALUE[,VALUE]` names (none without the option)."""
+def _split_held_out(rows: list[dict[str, Any]], selection: str | None
+                    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows to fit, rows `--hold-out COLUMN=VALUE[,VALUE]` names; none without it)."""
     if selection is None:
-        return []
+        return rows, []
     column, _, values = selection.partition("=")
     wanted = {v.strip() for v in values.split(",") if v.strip()}
     if not rows or column not in rows[0] or not wanted:
@@ -187,19 +188,18 @@ def _held_out(rows: list[dict[str, Any]], selection: str | None) -> list[dict[st
         raise ValueError(f"--hold-out {selection!r}: must be COLUMN=VALUE[,VALUE] with a "
                          f"column of the CSV ({known})")
     held = [row for row in rows if row[column] in wanted]
-    if not held or len(held) == len(rows):
+    kept = [row for row in rows if row[column] not in wanted]
+    if not held or not kept:
         raise ValueError(f"--hold-out {selection!r}: must leave some rows in and some out "
                          f"(it matches {len(held)} of {len(rows)})")
-    return held
+    return kept, held
 
 
 def _calibrate(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.max_evaluations < 1:
         raise ValueError("--jobs and --max-evaluations must be >= 1")
     parameters = _fit_parameters(args.parameters)
-    every_row = read_measurements(args.csv)
-    held = _held_out(every_row, args.hold_out)
-    rows = [row for row in every_row if row not in held]
+    rows, held = _split_held_out(read_measurements(args.csv), args.hold_out)
 
     def progress(evaluation: int, rms: float) -> None:
         print(f"evaluation {evaluation}: rms log error {rms:.4f}", file=sys.stderr)

@@ -133,7 +133,7 @@ def _with_model_preset(scenario: Scenario) -> Scenario:
     """A catalog release's recipe as its performance scripts set it for this model and GPU
     (workloads.model_presets); the changes are named on stderr."""
     release = scenario.recipe
-    if RECIPES.get(release.name) is None:
+    if release.name not in RECIPES:
         return scenario
     gpu = system_gpu(scenario.system).name
     changes = {key: value for key, value in model_preset(
