@@ -44,7 +44,7 @@ class CostParams:
         {"bf16": 0.50, "fp8": 0.45}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80
-    # CPU time to launch one eager PyTorch kernel (framework + driver), seconds.
+    # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
     host_launch_s: float = 8e-6
     # How many times as long the router's permutation and the unpermute take without TE's
     # fused permute kernel ("up to 10x" unit speed-up, TE PR 1927; GB200 guide §2.1.1).
@@ -53,6 +53,10 @@ class CostParams:
     # its GPU's NUMA node (remote memory, migrating threads; the GB200 guide §2.4 measured
     # bindpcie as its second-largest single gain). No micro-benchmark found: fitted.
     unbound_host_slowdown: float = 1.3
+    # How many times as long a launch takes on a Grace (Arm) host as on an x86 one: PyTorch's
+    # Linear forward costs 37.08 us of CPU on GB200 and 13.48 us on an H100 DGX (Xeon 8480C)
+    # (TransformerEngine issue #2053, "High CPU overhead on Grace systems"): 2.75x.
+    grace_host_slowdown: float = 2.75
     # Coefficient of variation of a GPU's persistent compute speed among identical GPUs:
     # Sinha et al. (SC22, arXiv 2208.11035) measured an 8 % average spread between the GPUs of
     # one cluster (outliers up to 1.5x slower: a straggler what-if); read as a +-3 sigma
@@ -66,12 +70,14 @@ class CostParams:
     # busBW ~45 of 50 GB/s per 400G NIC at small scale (nccl #1221, #1801);
     # hybridep-nvlink: 539-642 of 900 GB/s at EP32 on GB200 (DeepEP hybrid-ep README);
     # deepep-nvlink: ~400 dispatch / ~190 combine of 900 at EP32 (Megatron GB200 guide §2.2.1);
+    # alltoall-nvlink: NCCL all-to-all at EP32 was no faster than that DeepEP (the guide, same
+    # section: switching to DeepEP brought "no communication benefits"), so ~0.3;
     # *-network EP kernels: 43-58 of 50 GB/s on CX-7 (DeepEP docs/legacy.md).
     comm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen({
         "nccl-nvlink": 0.80, "nccl-network": 0.85,
         "hybridep-nvlink": 0.65, "hybridep-network": 0.90,
         "deepep-nvlink": 0.33, "deepep-network": 0.90,
-        "alltoall-nvlink": 0.50, "alltoall-network": 0.80,
+        "alltoall-nvlink": 0.30, "alltoall-network": 0.80,
         "allgather-nvlink": 0.50, "allgather-network": 0.80,
     }))
     # Fixed start-up cost of one collective (launch, handshake, kernel tail), seconds.
@@ -90,7 +96,7 @@ class CostParams:
                     raise ValueError(f"{name}[{key}]={value}: must be in (0, 1]")
         if not 0 < self.memory_efficiency <= 1:
             raise ValueError(f"memory_efficiency={self.memory_efficiency}: must be in (0, 1]")
-        for name in ("unbound_host_slowdown", "unfused_permute_slowdown"):
+        for name in ("unbound_host_slowdown", "unfused_permute_slowdown", "grace_host_slowdown"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         if not 0 <= self.gpu_speed_cv < 0.2:
@@ -117,11 +123,14 @@ class CostParams:
         return self.collective_overhead_s.get(algorithm, self.collective_overhead_s["nccl"])
 
 
-def host_params(params: CostParams, numa_bound: bool) -> CostParams:
-    """`params` as a rank's CPU sees them: launches slow down when it is not NUMA-bound."""
-    if numa_bound:
+def host_params(params: CostParams, numa_bound: bool, host_cpu: str = "x86") -> CostParams:
+    """`params` as a rank's CPU sees them: `host_launch_s` is an x86 host's; launches take
+    longer on a Grace host and when the rank is not NUMA-bound."""
+    slowdown = ((1.0 if numa_bound else params.unbound_host_slowdown)
+                * (params.grace_host_slowdown if host_cpu == "grace" else 1.0))
+    if slowdown == 1.0:
         return params
-    return replace(params, host_launch_s=params.host_launch_s * params.unbound_host_slowdown)
+    return replace(params, host_launch_s=params.host_launch_s * slowdown)
 
 
 FIRST_PRINCIPLES = CostParams()

@@ -1,6 +1,13 @@
 """Collectives as flows over topology paths, in phases that run one after another.
 
-- all-to-all: every member sends bytes/n to every other member (pairwise flows);
+- all-to-all: every member sends bytes/n to every other member (pairwise flows). An EP
+  dispatcher that deduplicates (DeepEP internode, HybridEP: `expert_routing`) over a group
+  spread evenly over k NVLink domains of d members sends a token once to each destination
+  domain, to the member with its own local position there, which forwards it over NVLink to
+  the destination ranks; both legs run at once (the kernels pipeline them):
+      each rail pair: bytes * (c_domain / c_rank) / k,   each pair inside a domain: bytes / d,
+  where c_rank and c_domain are the expected distinct ranks and domains a token's top-k
+  experts live on (uniform routing, workloads.blocks.expected_destinations);
 - send/recv: one flow;
 - reduce-scatter / all-gather: a ring, each member sends (n-1)/n of the buffer to its successor.
   A group that spans NVLink domains with the same number of members in each runs
@@ -23,19 +30,27 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from topologies.topology import Topology
+from workloads.blocks import expected_destinations
 from workloads.graph import Collective, Op
 
 from simulator.calibration import CostParams
 from simulator.network import FlowClass, FlowShape
 
 
+Pairs = tuple[tuple[int, int], ...]
+
+
 @dataclass(frozen=True, slots=True)
 class _Pattern:
-    """Pairs (src, dst) of one step of an algorithm, each moving `fraction` of the payload."""
+    """One phase of an algorithm: sets of pairs (src, dst) that move at the same time, each
+    pair of a set moving that set's `fraction` of the payload, in `steps` latency steps."""
 
-    pairs: tuple[tuple[int, int], ...]
-    fraction: float
+    parts: tuple[tuple[Pairs, float], ...]
     steps: int
+
+
+def _single(pairs: Pairs, fraction: float, steps: int) -> _Pattern:
+    return _Pattern(((pairs, fraction),), steps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,31 +75,56 @@ def _by_domain(group: tuple[int, ...], topology: Topology) -> list[tuple[int, ..
 def _ring_patterns(group: tuple[int, ...], topology: Topology) -> list[_Pattern]:
     """Reduce-scatter (or all-gather) of a whole buffer as ring phases."""
     n = len(group)
-    parts = _by_domain(group, topology)
-    sizes = {len(part) for part in parts}
-    if len(parts) == 1 or len(sizes) != 1 or sizes == {1}:
-        return [_Pattern(_ring_pairs(group), (n - 1) / n, n - 1)]
+    parts = _even_domains(group, topology)
+    if parts is None:
+        return [_single(_ring_pairs(group), (n - 1) / n, n - 1)]
     d, k = len(parts[0]), len(parts)
     intra = tuple(pair for part in parts for pair in _ring_pairs(part))
-    rails = [tuple(part[i] for part in parts) for i in range(d)]
-    inter = tuple(pair for rail in rails for pair in _ring_pairs(rail))
-    return [_Pattern(intra, (d - 1) / d, d - 1), _Pattern(inter, (k - 1) / (k * d), k - 1)]
+    inter = tuple(pair for rail in _rails(parts) for pair in _ring_pairs(rail))
+    return [_single(intra, (d - 1) / d, d - 1), _single(inter, (k - 1) / (k * d), k - 1)]
+
+
+def _even_domains(group: tuple[int, ...], topology: Topology) -> list[tuple[int, ...]] | None:
+    """The group's members by NVLink domain when it spans several with the same number
+    (> 1) of members in each; else None."""
+    parts = _by_domain(group, topology)
+    sizes = {len(part) for part in parts}
+    return None if len(parts) == 1 or len(sizes) != 1 or sizes == {1} else parts
+
+
+def _rails(parts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """Members with the same local position in each domain."""
+    return [tuple(part[i] for part in parts) for i in range(len(parts[0]))]
+
+
+def _all_to_all(group: tuple[int, ...], topology: Topology,
+                expert_routing: tuple[int, int] | None) -> _Pattern:
+    parts = _even_domains(group, topology) if expert_routing else None
+    if parts is None:
+        return _single(tuple((a, b) for a in group for b in group if a != b), 1 / len(group), 1)
+    experts, topk = expert_routing  # type: ignore[misc]
+    d, k = len(parts[0]), len(parts)
+    per_domain = expected_destinations(experts, topk, k) / expected_destinations(
+        experts, topk, k * d)
+    inter = tuple((a, b) for rail in _rails(parts) for a in rail for b in rail if a != b)
+    intra = tuple((a, b) for part in parts for a in part for b in part if a != b)
+    return _Pattern(((inter, per_domain / k), (intra, 1 / d)), 1)
 
 
 def _patterns(op: Op, group: tuple[int, ...], topology: Topology, nvls: bool,
-              hierarchical: bool = True) -> list[_Pattern]:
+              hierarchical: bool = True,
+              expert_routing: tuple[int, int] | None = None) -> list[_Pattern]:
     n = len(group)
     if op is Op.ALL_TO_ALL:
-        pairs = tuple((a, b) for a in group for b in group if a != b)
-        return [_Pattern(pairs, 1 / n, 1)]
+        return [_all_to_all(group, topology, expert_routing if hierarchical else None)]
     if op is Op.SEND_RECV:
-        return [_Pattern(((group[0], group[1]),), 1.0, 1)]
+        return [_single(((group[0], group[1]),), 1.0, 1)]
     one_domain = len({topology.domain_of(rank) for rank in group}) == 1
     if op is Op.ALL_REDUCE and nvls and one_domain and topology.in_switch_reduction(
             topology.domain_of(group[0])):
-        return [_Pattern(_ring_pairs(group), 1.0, 1)]
+        return [_single(_ring_pairs(group), 1.0, 1)]
     ring = (_ring_patterns(group, topology) if hierarchical
-            else [_Pattern(_ring_pairs(group), (n - 1) / n, n - 1)])
+            else [_single(_ring_pairs(group), (n - 1) / n, n - 1)])
     if op is Op.ALL_REDUCE:
         return ring + ring[::-1]
     return ring if op is Op.REDUCE_SCATTER else ring[::-1]
@@ -134,13 +174,14 @@ class CollectivePlanner:
     def __init__(self, topology: Topology, params: CostParams) -> None:
         self._topology = topology
         self._params = params
-        self._cache: dict[tuple[Op, tuple[tuple[int, ...], ...], bool],
+        self._cache: dict[tuple[Op, tuple[tuple[int, ...], ...], bool,
+                                tuple[int, int] | None],
                           list[tuple[int, tuple[_ShapeClass, ...]]]] = {}
 
     def phases(self, collective: Collective, nvls: bool) -> tuple[Phase, ...]:
-        key = (collective.op, collective.groups, nvls)
+        key = (collective.op, collective.groups, nvls, collective.expert_routing)
         if key not in self._cache:
-            self._cache[key] = self._shape_phases(collective.op, collective.groups, nvls)
+            self._cache[key] = self._shape_phases(*key)
         algorithm = collective.algorithm
         overhead_s = self._params.overhead_s(algorithm)
         phases = []
@@ -158,15 +199,26 @@ class CollectivePlanner:
     def _comm_algorithm(algorithm: str) -> str:
         return "nccl" if algorithm == "p2p" else algorithm
 
-    def _shape_phases(self, op: Op, groups: tuple[tuple[int, ...], ...],
-                      nvls: bool) -> list[tuple[int, tuple[_ShapeClass, ...]]]:
-        per_group = [_patterns(op, group, self._topology, nvls) for group in groups]
-        if len({tuple((p.fraction, p.steps) for p in patterns) for patterns in per_group}) > 1:
-            # Groups placed differently (some span domains, some not): flat rings for all.
+    def _shape_phases(self, op: Op, groups: tuple[tuple[int, ...], ...], nvls: bool,
+                      expert_routing: tuple[int, int] | None,
+                      ) -> list[tuple[int, tuple[_ShapeClass, ...]]]:
+        per_group = [_patterns(op, group, self._topology, nvls, expert_routing=expert_routing)
+                     for group in groups]
+        if len({_layout(patterns) for patterns in per_group}) > 1:
+            # Groups placed differently (some span domains, some not): flat for all.
             per_group = [_patterns(op, group, self._topology, nvls, hierarchical=False)
                          for group in groups]
         phases = []
         for position, pattern in enumerate(per_group[0]):
-            pairs = tuple(pair for patterns in per_group for pair in patterns[position].pairs)
-            phases.append((pattern.steps, _classes(pairs, pattern.fraction, self._topology)))
+            classes: tuple[_ShapeClass, ...] = ()
+            for part, (_, fraction) in enumerate(pattern.parts):
+                pairs = tuple(pair for patterns in per_group
+                              for pair in patterns[position].parts[part][0])
+                classes += _classes(pairs, fraction, self._topology)
+            phases.append((pattern.steps, classes))
         return phases
+
+
+def _layout(patterns: list[_Pattern]) -> tuple[tuple[tuple[float, ...], int], ...]:
+    """What makes two groups' patterns poolable: the fractions and steps of each phase."""
+    return tuple((tuple(fraction for _, fraction in p.parts), p.steps) for p in patterns)

@@ -70,17 +70,22 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="attention_efficiency.bf16", lower=0.2, upper=0.9,
                  meaning="share of the dense BF16 peak that fused attention fwd+bwd reaches"),
     FitParameter(key="host_launch_s", lower=2e-6, upper=60e-6,
-                 meaning="CPU seconds to launch one eager kernel (framework + driver)"),
+                 meaning="CPU seconds to launch one eager kernel from an x86 host "
+                         "(framework + driver)"),
     FitParameter(key="comm_efficiency.hybridep-nvlink", lower=0.2, upper=1.0,
                  meaning="share of NVLink line rate that HybridEP dispatch/combine reach"),
     FitParameter(key="comm_efficiency.deepep-nvlink", lower=0.1, upper=1.0,
                  meaning="share of NVLink line rate that DeepEP dispatch/combine reach"),
+    FitParameter(key="comm_efficiency.alltoall-nvlink", lower=0.1, upper=1.0,
+                 meaning="share of NVLink line rate that NCCL's EP all-to-all reaches"),
     FitParameter(key="comm_efficiency.deepep-network", lower=0.2, upper=1.0,
                  meaning="share of NIC line rate that DeepEP reaches across nodes"),
     FitParameter(key="comm_efficiency.nccl-network", lower=0.3, upper=1.0,
                  meaning="share of NIC line rate that NCCL collectives reach"),
     FitParameter(key="unbound_host_slowdown", lower=1.0, upper=3.0,
                  meaning="times as long a kernel launch takes without NUMA binding"),
+    FitParameter(key="grace_host_slowdown", lower=1.0, upper=4.0,
+                 meaning="times as long a kernel launch takes on a Grace host as on x86"),
     FitParameter(key="unfused_permute_slowdown", lower=1.0, upper=10.0,
                  meaning="times as long MoE permute/unpermute take without TE's fused kernel"),
 )
@@ -114,6 +119,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
     recipe, gpu = scenario.recipe, system_gpu(scenario.system)
     if name == "unbound_host_slowdown":
         return not recipe.host_numa_bound
+    if name == "grace_host_slowdown":
+        return gpu.host_cpu == "grace"
     if name == "unfused_permute_slowdown":
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):

@@ -107,10 +107,25 @@ def test_a_non_blocking_fabric_never_slows_the_step(run_small, plan):
     assert full <= halved
 
 
+NCCL_A2A = recipe_with(recipe("mbridge-26.06"), dispatcher="alltoall", dispatcher_sms=0)
+
+
 def test_oversubscription_slows_cross_rail_expert_traffic(run_small):
+    # NCCL's all-to-all sends every pair its share directly, so across rails via the spine.
     blocking = system_with(GB300, oversubscription=2.0)
-    full = run_small(system=GB300, domain_size=4, **EP8).metrics.step_time_s
-    assert full < run_small(system=blocking, domain_size=4, **EP8).metrics.step_time_s
+    full = run_small(system=GB300, domain_size=4, recipe_=NCCL_A2A, **EP8).metrics.step_time_s
+    assert full < run_small(system=blocking, domain_size=4, recipe_=NCCL_A2A,
+                            **EP8).metrics.step_time_s
+
+
+def test_rail_aligned_dispatch_does_not_cross_the_spine(run_small):
+    # HybridEP sends a token once per remote domain to the GPU at its own local position
+    # (same rail) and forwards it over NVLink there: an oversubscribed spine is never used.
+    blocking = system_with(GB300, oversubscription=2.0)
+    full = run_small(system=GB300, domain_size=4, **EP8).metrics
+    halved = run_small(system=blocking, domain_size=4, **EP8).metrics
+    assert full.breakdown_s["exposed_ep"] > 0
+    assert halved.step_time_s == pytest.approx(full.step_time_s)
 
 
 @pytest.mark.parametrize("tier", ["nvlink", "nic"])

@@ -89,6 +89,17 @@ def test_unbound_host_launches_take_longer():
     assert host_params(DEFAULT_PARAMS, numa_bound=True) is DEFAULT_PARAMS
 
 
+def test_a_grace_host_launches_slower_than_an_x86_host():
+    grace = host_params(DEFAULT_PARAMS, numa_bound=False, host_cpu="grace")
+    assert grace.host_launch_s == pytest.approx(
+        DEFAULT_PARAMS.host_launch_s * DEFAULT_PARAMS.unbound_host_slowdown
+        * DEFAULT_PARAMS.grace_host_slowdown)
+    assert gpu_spec("gb200").host_cpu == gpu_spec("gb300").host_cpu == "grace"
+    assert gpu_spec("b300").host_cpu == gpu_spec("h100").host_cpu == "x86"
+    with pytest.raises(ValueError, match="host_cpu='arm'.*x86, grace"):
+        replace(gpu_spec("b200"), host_cpu="arm")
+
+
 def test_guide_steps_are_cumulative_and_bounded():
     assert not guide_step_recipe(0).router_fusion
     assert guide_step_recipe(2).router_fusion and guide_step_recipe(12).router_fusion
@@ -119,3 +130,8 @@ def test_touches_skips_rows_a_parameter_cannot_change():
     assert not touches("comm_efficiency.deepep-nvlink", gb300, DEFAULT_PARAMS)
     assert not touches("unbound_host_slowdown", gb300, DEFAULT_PARAMS)
     assert touches("host_launch_s", gb300, DEFAULT_PARAMS)
+    assert touches("grace_host_slowdown", gb300, DEFAULT_PARAMS)
+    assert touches("comm_efficiency.alltoall-nvlink", replace(
+        gb300, recipe=recipe_with(gb300.recipe, dispatcher="alltoall", dispatcher_sms=0)),
+        DEFAULT_PARAMS)
+    assert not touches("comm_efficiency.alltoall-nvlink", gb300, DEFAULT_PARAMS)

@@ -18,6 +18,9 @@ from typing import Any, TypeVar
 PRECISION_KEYS = ("bf16", "fp8", "nvfp4")
 # GPU generations whose kernels behave alike (the cost model keys efficiencies by them).
 ARCHITECTURES = ("hopper", "blackwell", "blackwell-ultra")
+# The CPU that launches a GPU's kernels: an x86 server CPU (DGX/HGX nodes) or the Grace CPU
+# of a Grace-Blackwell superchip (GB200/GB300).
+HOST_CPUS = ("x86", "grace")
 """Peak keys: fp8 also serves MXFP8 and FP8 blockwise (same tensor-core peak); nvfp4 is optional."""
 
 SWITCH_PROTOCOLS = ("infiniband", "ethernet")
@@ -74,6 +77,7 @@ class GPUSpec:
     nvlink_generation: int
     nvlink_links: int
     nvlink_bandwidth_bytes_per_s: float
+    host_cpu: str = "x86"
 
     def __post_init__(self) -> None:
         _require_name("GPUSpec", self.name)
@@ -81,6 +85,9 @@ class GPUSpec:
         if self.architecture not in ARCHITECTURES:
             raise ValueError(f"{owner}: architecture={self.architecture!r}, must be one of "
                              f"{', '.join(ARCHITECTURES)}")
+        if self.host_cpu not in HOST_CPUS:
+            raise ValueError(f"{owner}: host_cpu={self.host_cpu!r}, must be one of "
+                             f"{', '.join(HOST_CPUS)}")
         _require_count(owner, "sm_count", self.sm_count)
         _check_peaks(owner, self.peak_flops_per_s)
         # A read-only copy: the catalog cannot be changed through a spec; use dataclasses.replace.
@@ -220,7 +227,7 @@ def _hopper(name: str, hbm_bytes: float, hbm_bytes_per_s: float, links: int) -> 
 
 def _blackwell(
     name: str, sms: int, peaks_pflops: tuple[float, float, float], hbm_gb: float,
-    architecture: str = "blackwell",
+    architecture: str = "blackwell", host_cpu: str = "x86",
 ) -> GPUSpec:
     """Blackwell / Blackwell Ultra: NVLink5, 18 links x 50 GB/s per direction = 900 GB/s.
 
@@ -240,16 +247,19 @@ def _blackwell(
         nvlink_generation=5,
         nvlink_links=18,
         nvlink_bandwidth_bytes_per_s=900 * GB,
+        host_cpu=host_cpu,
     )
 
 
 GPUS: dict[str, GPUSpec] = {
     # GB200 in NVL72 (1,200 W): 2.5/5/10 PF dense = NVIDIA GB200 NVL72 rack spec (360/720/1,440 PF
     # sparse) / 72 / 2; 186 GB usable of 192 (MLPerf Inference v6.1 Crusoe GB200 system JSON).
-    "gb200": _blackwell("gb200", 148, (2.5, 5.0, 10.0), 186),
+    # GB200 and GB300 superchips pair their GPUs with a Grace CPU (NVIDIA GB200/GB300 NVL72
+    # product pages: 36 Grace CPUs, 72 GPUs per rack).
+    "gb200": _blackwell("gb200", 148, (2.5, 5.0, 10.0), 186, host_cpu="grace"),
     # GB300 in NVL72 (1,400 W): 2.5/5/15 PF dense (verda.com GB300 blog rack totals 180 PF BF16,
     # 360 PF FP8; NVIDIA MLPerf v5.1 blog 15 PF NVFP4); 279 GB usable of 288 (same blog).
-    "gb300": _blackwell("gb300", 160, (2.5, 5.0, 15.0), 279, "blackwell-ultra"),
+    "gb300": _blackwell("gb300", 160, (2.5, 5.0, 15.0), 279, "blackwell-ultra", "grace"),
     # H100 SXM5: "80 GB" HBM3, 3.35 TB/s, 18 NVLink4 links (NVIDIA H100 datasheet via
     # glennklockwood). Usable: nvidia-smi reports 81,559 MiB total on an "H100 80GB HBM3"
     # (public nvidia-smi logs), i.e. 80 GiB less the driver's reservation.

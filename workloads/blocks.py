@@ -95,15 +95,19 @@ def tokens_per_gpu(plan: ParallelPlan) -> float:
     return plan.mbs * plan.seq_len / (plan.tp * plan.cp)
 
 
+def expected_destinations(experts: int, topk: int, holders: int) -> float:
+    """Expected distinct holders (ranks, domains) of a token's top-k experts when `experts`
+    are split evenly over `holders` and routing is uniform:
+    holders * (1 - C(E - E/holders, k) / C(E, k))."""
+    return holders * (1 - comb(experts - experts // holders, topk) / comb(experts, topk))
+
+
 def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
     """Copies of a token that leave for the experts: top-k per pair with NCCL dispatchers;
-    one per distinct destination rank with DeepEP/HybridEP (uniform routing):
-    ep * (1 - C(E - E/ep, k) / C(E, k))."""
-    k, experts = model.moe_router_topk, model.num_experts
+    one per distinct destination rank with DeepEP/HybridEP (uniform routing)."""
     if recipe.dispatcher in NCCL_DISPATCHERS:
-        return float(k)
-    local = experts // plan.ep
-    return plan.ep * (1 - comb(experts - local, k) / comb(experts, k))
+        return float(model.moe_router_topk)
+    return expected_destinations(model.num_experts, model.moe_router_topk, plan.ep)
 
 
 def _graphed(block: str, recipe: Recipe) -> bool:

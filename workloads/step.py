@@ -31,7 +31,7 @@ from workloads.models import ModelSpec
 from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_layout,
                                    stage_of)
 from workloads.position_classes import position_classes
-from workloads.recipes import Recipe
+from workloads.recipes import NCCL_DISPATCHERS, Recipe
 from workloads.schedules import Unit, one_f_one_b
 from workloads.step_params import chunk_params, rank_params
 
@@ -96,7 +96,8 @@ class _Step:
 
     # --- groups -------------------------------------------------------------------------
     def _collective(self, op: Op, kind: str, rank: int, key: str, nbytes: float,
-                    algorithm: str, held_sms: int = 0) -> Collective | None:
+                    algorithm: str, held_sms: int = 0,
+                    expert_routing: tuple[int, int] | None = None) -> Collective | None:
         """The collective of group `kind` for `rank`, or None for a group of one."""
         part = self._part(kind, rank)
         if part is None:
@@ -104,7 +105,8 @@ class _Step:
         groups, members = part
         return Collective(op=op, key=f"{members[0]}/{key}", bytes_per_rank=nbytes,
                           groups=groups, members=members, algorithm=algorithm,
-                          held_sms=held_sms, graphed=self.recipe.cuda_graphs == "full")
+                          held_sms=held_sms, graphed=self.recipe.cuda_graphs == "full",
+                          expert_routing=expert_routing)
 
     def _part(self, kind: str, rank: int) -> _Part | None:
         """The `kind` groups of `rank`'s stage whose members fall into the classes of `rank`'s
@@ -359,8 +361,10 @@ class _Step:
             op = Op.ALL_GATHER if name.endswith("dispatch") == (unit.phase == "F") \
                 else Op.REDUCE_SCATTER
             nbytes = self.tokens * self.plan.ep * self.model.hidden_size * blk.BF16_BYTES
+        routing = (None if dispatcher in NCCL_DISPATCHERS
+                   else (self.model.num_experts, self.model.moe_router_topk))
         collective = self._collective(op, "ep", rank, name.split("/", 1)[1], nbytes,
-                                      dispatcher, self.recipe.dispatcher_sms)
+                                      dispatcher, self.recipe.dispatcher_sms, routing)
         if collective is None:
             return after[0]
         host_sync = sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"

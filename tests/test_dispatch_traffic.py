@@ -1,0 +1,59 @@
+"""Expert-parallel all-to-all across NVLink domains, by hand.
+
+8 ranks in 2 domains of 4, 16 experts (2 per rank, 8 per domain), top-2, uniform routing:
+  distinct ranks a token reaches   c_rank   = 8 * (1 - C(14, 2) / C(16, 2)) = 8 * 29/120
+  distinct domains it reaches      c_domain = 2 * (1 - C(8, 2) / C(16, 2))  = 2 * 23/30
+A deduplicating dispatcher (DeepEP internode, HybridEP) sends B = tokens * c_rank * hidden
+bytes per rank; to the other domain it sends each token once, so the rail pair carries
+B * (c_domain / c_rank) / 2, and each NVLink pair forwards B / 4. NCCL's all-to-all sends
+B / 8 to every other rank, across domains too.
+"""
+
+from __future__ import annotations
+
+from math import comb
+
+import pytest
+
+from simulator.calibration import CostParams
+from simulator.collectives import CollectivePlanner
+from topologies.builders import build_topology
+from topologies.systems import load_system
+from workloads.blocks import expected_destinations
+from workloads.graph import Collective, Op
+
+B = 1e9
+PERFECT = CostParams(comm_efficiency={"hybridep-nvlink": 1.0, "hybridep-network": 1.0,
+                                      "alltoall-nvlink": 1.0, "alltoall-network": 1.0})
+
+
+def _bytes_by_fabric(algorithm: str, routing: tuple[int, int] | None) -> dict[str, set[float]]:
+    topology = build_topology(load_system("gb300-nvl72"), 8, domain_size=4)
+    collective = Collective(op=Op.ALL_TO_ALL, key="ep", bytes_per_rank=B,
+                            groups=(tuple(range(8)),), members=(0,), algorithm=algorithm,
+                            expert_routing=routing)
+    (phase,) = CollectivePlanner(topology, PERFECT).phases(collective, nvls=False)
+    result: dict[str, set[float]] = {"nvlink": set(), "network": set()}
+    for flow_class in phase.classes:
+        tiers = {topology.links[link].tier for link in flow_class.shape.links}
+        result["nvlink" if tiers == {"nvlink"} else "network"].add(
+            round(flow_class.bytes_per_flow))
+    return result
+
+
+def test_expected_destinations_by_hand():
+    assert expected_destinations(16, 2, 8) == pytest.approx(8 * (1 - comb(14, 2) / comb(16, 2)))
+    assert expected_destinations(16, 2, 2) == pytest.approx(2 * 23 / 30)
+    assert expected_destinations(256, 8, 1) == pytest.approx(1.0)
+
+
+def test_deduplicating_dispatch_sends_once_per_domain_and_forwards_over_nvlink():
+    c_rank, c_domain = 8 * 29 / 120, 2 * 23 / 30
+    sent = _bytes_by_fabric("hybridep", (16, 2))
+    assert sent["network"] == {round(B * c_domain / c_rank / 2)}
+    assert sent["nvlink"] == {round(B / 4)}
+
+
+def test_nccl_all_to_all_sends_every_pair_its_share():
+    sent = _bytes_by_fabric("alltoall", None)
+    assert sent == {"nvlink": {round(B / 8)}, "network": {round(B / 8)}}
