@@ -46,7 +46,7 @@ from simulator.cli_scenario import add_scenario_flags, scenario_from_args
 from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, result_document, trace_rows
 from simulator.scenario import run_scenario
-from simulator.calibration import DEFAULT_PARAMS, load_calibration
+from simulator.calibration import DEFAULT_PARAMS, FIRST_PRINCIPLES, load_calibration
 from simulator.fitting import DEFAULT_FIT, FitParameter, calibration_document, fit
 from simulator.validation import read_measurements, summarize, validate_rows
 
@@ -160,6 +160,9 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help="simulations of the rows (a Jacobian column counts as one)")
     calibrate.add_argument("--parameters", metavar="KEY,KEY",
                            help="fit only these of the default parameters")
+    calibrate.add_argument("--start", metavar="FILE.yaml",
+                           help="start from the values in a file `moesim calibrate` wrote "
+                                "(default: the first-principles values)")
     calibrate.add_argument("--hold-out", metavar="COLUMN=VALUE[,VALUE]",
                            help="leave these rows out of the fit (e.g. gpu=gb300) and report "
                                 "how the fitted parameters predict them")
@@ -204,8 +207,9 @@ def _calibrate(args: argparse.Namespace) -> int:
     def progress(evaluation: int, rms: float) -> None:
         print(f"evaluation {evaluation}: rms log error {rms:.4f}", file=sys.stderr)
 
-    result = fit(rows, parameters, jobs=args.jobs, max_evaluations=args.max_evaluations,
-                 progress=progress)
+    base = load_calibration(args.start) if args.start else FIRST_PRINCIPLES
+    result = fit(rows, parameters, base=base, jobs=args.jobs,
+                 max_evaluations=args.max_evaluations, progress=progress)
     document = calibration_document(result, parameters, args.csv,
                                     "moesim " + " ".join(sys.argv[1:]) if sys.argv else "")
     write_calibration(args.output, document)

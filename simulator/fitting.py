@@ -100,6 +100,7 @@ class FitResult:
     rows_used: int
     rows_failed: int
     evaluations: int
+    start_values: dict[str, float] = field(default_factory=dict)
     initial_rows: tuple[RowResult, ...] = ()
     final_rows: tuple[RowResult, ...] = ()
 
@@ -187,6 +188,7 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     upper = np.array([p.upper for p in parameters])
     width = upper - lower
     x = np.clip([params_value(base, p.key) for p in parameters], lower, upper)
+    start = {p.key: float(v) for p, v in zip(parameters, x)}
     counter = _Counter()
 
     def errors(values: np.ndarray, subset: list[dict[str, Any]]) -> np.ndarray:
@@ -241,7 +243,8 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
                      values={p.key: float(v) for p, v in zip(parameters, x)},
                      initial_rms_log_error=initial_rms, final_rms_log_error=_rms(residual),
                      rows_used=len(used), rows_failed=failed, evaluations=counter.calls,
-                     initial_rows=tuple(initial_results), final_rows=tuple(final_results))
+                     start_values=start, initial_rows=tuple(initial_results),
+                     final_rows=tuple(final_results))
 
 
 def _rms(errors: np.ndarray) -> float:
@@ -269,6 +272,8 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
         "rows_used": result.rows_used, "rows_failed": result.rows_failed,
         "rms_log_error": {"initial": result.initial_rms_log_error,
                           "final": result.final_rms_log_error},
-        "parameters": {p.key: {"value": result.values[p.key], "bounds": [p.lower, p.upper],
-                               "meaning": p.meaning} for p in parameters},
+        "parameters": {p.key: {"value": result.values[p.key],
+                               "start": result.start_values[p.key],
+                               "bounds": [p.lower, p.upper], "meaning": p.meaning}
+                       for p in parameters},
     }

@@ -108,3 +108,25 @@ def test_a_bad_hold_out_gets_one_line_error(tmp_path, capsys, selection, words):
                  "--hold-out", selection]) == 2
     error = capsys.readouterr().err
     assert words in error and len(error.strip().splitlines()) == 1
+
+
+def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, capsys):
+    from simulator.cli import main
+    import yaml
+
+    _synthetic_rows(tmp_path)
+    start = tmp_path / "start.yaml"
+    start.write_text("parameters:\n" + "".join(
+        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items()))
+    out = tmp_path / "calibration.yaml"
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
+                 "--max-evaluations", "3", "--parameters", ",".join(TRUE),
+                 "--start", str(start)]) == 0
+    capsys.readouterr()
+    written = yaml.safe_load(out.read_text())
+    assert written["rms_log_error"]["initial"] < 1e-3
+    for key, value in TRUE.items():
+        assert written["parameters"][key]["start"] == pytest.approx(value)
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
+                 "--start", str(tmp_path / "missing.yaml")]) == 2
+    assert "missing.yaml" in capsys.readouterr().err
