@@ -99,10 +99,10 @@ def _rails(parts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 def _all_to_all(group: tuple[int, ...], topology: Topology,
                 expert_routing: tuple[int, int] | None) -> _Pattern:
-    parts = _even_domains(group, topology) if expert_routing else None
-    if parts is None:
+    parts = None if expert_routing is None else _even_domains(group, topology)
+    if expert_routing is None or parts is None:
         return _single(tuple((a, b) for a in group for b in group if a != b), 1 / len(group), 1)
-    experts, topk = expert_routing  # type: ignore[misc]
+    experts, topk = expert_routing
     d, k = len(parts[0]), len(parts)
     per_domain = expected_destinations(experts, topk, k) / expected_destinations(
         experts, topk, k * d)

@@ -18,10 +18,10 @@ from typing import Any, TypeVar
 PRECISION_KEYS = ("bf16", "fp8", "nvfp4")
 # GPU generations whose kernels behave alike (the cost model keys efficiencies by them).
 ARCHITECTURES = ("hopper", "blackwell", "blackwell-ultra")
+"""Peak keys: fp8 also serves MXFP8 and FP8 blockwise (same tensor-core peak); nvfp4 is optional."""
 # The CPU that launches a GPU's kernels: an x86 server CPU (DGX/HGX nodes) or the Grace CPU
 # of a Grace-Blackwell superchip (GB200/GB300).
 HOST_CPUS = ("x86", "grace")
-"""Peak keys: fp8 also serves MXFP8 and FP8 blockwise (same tensor-core peak); nvfp4 is optional."""
 
 SWITCH_PROTOCOLS = ("infiniband", "ethernet")
 

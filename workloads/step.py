@@ -78,6 +78,8 @@ class _Step:
         self.dispatch_bytes = (self.tokens * self.model.hidden_size * blk.BF16_BYTES
                                * blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
                                if self.model.is_moe else 0.0)
+        self.expert_routing = (None if self.recipe.dispatcher in NCCL_DISPATCHERS
+                               else (self.model.num_experts, self.model.moe_router_topk))
         self._parts: dict[tuple[str, int], dict[tuple[int, ...], _Part]] = {}
         self._part_of: dict[tuple[str, int], _Part | None] = {}
         self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
@@ -361,10 +363,9 @@ class _Step:
             op = Op.ALL_GATHER if name.endswith("dispatch") == (unit.phase == "F") \
                 else Op.REDUCE_SCATTER
             nbytes = self.tokens * self.plan.ep * self.model.hidden_size * blk.BF16_BYTES
-        routing = (None if dispatcher in NCCL_DISPATCHERS
-                   else (self.model.num_experts, self.model.moe_router_topk))
         collective = self._collective(op, "ep", rank, name.split("/", 1)[1], nbytes,
-                                      dispatcher, self.recipe.dispatcher_sms, routing)
+                                      dispatcher, self.recipe.dispatcher_sms,
+                                      self.expert_routing)
         if collective is None:
             return after[0]
         host_sync = sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
