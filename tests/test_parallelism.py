@@ -143,3 +143,19 @@ def test_validate_layout_rules() -> None:
         validate_layout(parse_layout("Et*30m|t*31L"), DSV3, 2, 1)
     with pytest.raises(ValueError, match="MTP stage 1 must be in the last model chunk"):
         validate_layout(parse_layout("Et*20|t*41m||L"), DSV3, 2, 2)
+
+
+@pytest.mark.parametrize("pp, vpp", [(4, 1), (8, 1), (4, 2), (16, 1), (8, 2), (4, 4), (2, 8)])
+@pytest.mark.parametrize("mtp", [0, 1])
+def test_dsv3_without_a_layout_gets_megatron_bridges_table(pp: int, vpp: int, mtp: int) -> None:
+    model = DSV3.with_mtp(mtp)
+    plan = par.ParallelPlan(num_gpus=pp * 32, pp=pp, vpp=vpp, ep=32, gbs=pp * 32,
+                            seq_len=4096)
+    stages = par.pipeline_layout(plan, model)
+    validate_layout(stages, model, pp, vpp)
+    layers = [stage.count("t") for stage in stages]
+    per_stage = 64 // (pp * vpp)   # Bridge's table: E and MTP+L each stand for layers
+    assert layers[1:-1] == [per_stage] * (pp * vpp - 2)
+    assert stages[0][0] == "E" and layers[0] == per_stage
+    assert layers[-1] == per_stage - 3 and stages[-1][-1] == "L"
+    assert stages[-1].count("m") == mtp
