@@ -37,8 +37,11 @@ class CostParams:
     gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.75, "fp8": 0.70, "nvfp4": 0.60}))
     # Grouped GEMMs of MoE experts: many smaller problems, lower occupancy than one GEMM.
+    # "fused-fp8": TE's fused MXFP8 grouped MLP (FC1 + SwiGLU + quantisation, FC2); a fused
+    # MXFP8 grouped MLP on one GB200 ran 1.13x as fast as its six GEMMs alone
+    # (marin-community/marin issue 7282, cudnn-frontend fused MoE kernels): 0.60 x 1.13.
     grouped_gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
-        {"bf16": 0.65, "fp8": 0.60, "nvfp4": 0.50}))
+        {"bf16": 0.65, "fp8": 0.60, "nvfp4": 0.50, "fused-fp8": 0.68}))
     # Fused attention fwd+bwd (FlashAttention-3 / cuDNN): ~0.6 fwd, ~0.45 bwd of BF16 peak.
     attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.50, "fp8": 0.45}))

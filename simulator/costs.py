@@ -1,7 +1,10 @@
 """Compute time of one task on one GPU: a roofline plus the launch gaps around its kernels.
 
     t = max(flops / (peak[precision] * eff[class, precision]),
-            hbm_bytes / (hbm_bandwidth * eff_memory)) + kernels * gap
+            hbm_bytes / (hbm_bandwidth * eff_memory))
+        + streaming_hbm_bytes / (hbm_bandwidth * eff_memory) + kernels * gap
+
+(`streaming_hbm_bytes`: the task's memory-bound kernels that run in series with its GEMMs).
 
 `gap` is the GPU idle between dependent kernels (smaller inside a CUDA graph or with
 programmatic dependent launch). The CPU time to
@@ -29,14 +32,17 @@ def peak_key(precision: str) -> str:
 
 def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     """The efficiency of the work's kernel class, most specific key first:
-    "<architecture>-<precision>", then "<precision>", then "bf16"."""
+    "<architecture>-<precision>" ("fused-<precision>" for the fused grouped MLP), then
+    "<precision>", then "bf16"."""
     table = {KernelClass.GEMM: params.gemm_efficiency,
              KernelClass.GROUPED_GEMM: params.grouped_gemm_efficiency,
+             KernelClass.FUSED_GROUPED_MLP: params.grouped_gemm_efficiency,
              KernelClass.ATTENTION: params.attention_efficiency}.get(work.kernel_class)
     if table is None:
         return 1.0
     key = peak_key(work.precision)
-    return table.get(f"{gpu.architecture}-{key}", table.get(key, table["bf16"]))
+    prefix = "fused" if work.kernel_class == KernelClass.FUSED_GROUPED_MLP else gpu.architecture
+    return table.get(f"{prefix}-{key}", table.get(key, table["bf16"]))
 
 
 def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
@@ -44,11 +50,13 @@ def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     math_s = 0.0
     if work.flops > 0:
         math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, gpu, params))
-    memory_s = work.hbm_bytes / (gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency)
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency
+    memory_s = work.hbm_bytes / bandwidth
     if work.kernel_class == KernelClass.UNFUSED_PERMUTE:
         memory_s *= params.unfused_permute_slowdown
     gap_s = params.graphed_kernel_gap_s if work.graphed or work.pdl else params.kernel_gap_s
-    return max(math_s, memory_s) + work.kernels * gap_s
+    return (max(math_s, memory_s) + work.streaming_hbm_bytes / bandwidth
+            + work.kernels * gap_s)
 
 
 def host_issue_s(kernels: int, graphed: bool, params: CostParams) -> float:

@@ -26,6 +26,7 @@ import numpy as np
 from scipy.optimize import lsq_linear
 
 from topologies.systems import system_gpu
+from workloads.blocks import fuses_grouped_mlp
 from workloads.recipes import DISPATCHERS
 
 from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
@@ -67,6 +68,9 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
                  meaning=GEMM.format("BF16", "BF16", "Blackwell and Blackwell Ultra")),
     FitParameter(key="grouped_gemm_efficiency.fp8", lower=0.2, upper=0.95,
                  meaning="share of the dense FP8 peak that MoE grouped GEMMs reach"),
+    FitParameter(key="grouped_gemm_efficiency.fused-fp8", lower=0.2, upper=0.95,
+                 meaning="share of the dense FP8 peak that TE's fused MXFP8 grouped MLP "
+                         "reaches"),
     FitParameter(key="attention_efficiency.bf16", lower=0.2, upper=0.9,
                  meaning="share of the dense BF16 peak that fused attention fwd+bwd reaches"),
     FitParameter(key="host_launch_s", lower=2e-6, upper=60e-6,
@@ -130,6 +134,9 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
             scenario.model.is_moe and recipe.dispatcher == algorithm)
     if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):
         architecture, _, precision = entry.rpartition("-")
+        if architecture == "fused":
+            return (name == "grouped_gemm_efficiency" and scenario.model.is_moe
+                    and fuses_grouped_mlp(recipe))
         if precision != "bf16" and peak_key(recipe.precision) != precision:
             return False
         if architecture:

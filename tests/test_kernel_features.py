@@ -12,8 +12,8 @@ from simulator.costs import compute_time_s
 from simulator.fitting import touches
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
-from workloads.blocks import attention_blocks, moe_blocks
-from workloads.graph import KernelClass
+from workloads.blocks import attention_blocks, expert_streaming_bytes, moe_blocks
+from workloads.graph import KernelClass, Work
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import GB200_GUIDE_STEPS, guide_step_recipe, recipe, recipe_with
@@ -135,3 +135,77 @@ def test_touches_skips_rows_a_parameter_cannot_change():
         gb300, recipe=recipe_with(gb300.recipe, dispatcher="alltoall", dispatcher_sms=0)),
         DEFAULT_PARAMS)
     assert not touches("comm_efficiency.alltoall-nvlink", gb300, DEFAULT_PARAMS)
+
+
+def test_fused_grouped_mlp_launches_six_kernels_whatever_the_local_experts():
+    fused = recipe_with(recipe("mbridge-26.06"), fused_grouped_mlp=True)
+    for ep in (32, 64):
+        plan = replace(PLAN, num_gpus=8 * ep, ep=ep)
+        experts = moe_blocks(DSV3, plan, fused)["experts"]
+        assert (experts.forward.kernels, experts.backward.kernels) == (2, 4)
+        assert experts.forward.kernel_class == KernelClass.FUSED_GROUPED_MLP
+    unfused = moe_blocks(DSV3, PLAN, recipe_with(fused, fused_grouped_mlp=False))["experts"]
+    assert unfused.forward.kernel_class == KernelClass.GROUPED_GEMM
+    assert unfused.forward.kernels > 2
+
+
+def test_fused_grouped_mlp_changes_nothing_outside_mxfp8():
+    for precision in ("bf16", "fp8-cs"):
+        base = recipe_with(recipe("mbridge-26.06"), precision=precision, fp8_attention=False,
+                           fused_grouped_mlp=False)
+        fused = recipe_with(base, fused_grouped_mlp=True)
+        assert moe_blocks(DSV3, PLAN, fused) == moe_blocks(DSV3, PLAN, base)
+
+
+def test_fused_grouped_mlp_runs_at_its_own_efficiency():
+    gpu = gpu_spec("gb300")
+    work = moe_blocks(DSV3, PLAN, recipe("mbridge-26.06"))["experts"].forward
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0)
+    grouped = dict(params.grouped_gemm_efficiency)
+    slow = replace(params, grouped_gemm_efficiency={**grouped, "fused-fp8": 0.25})
+    fast = replace(params, grouped_gemm_efficiency={**grouped, "fused-fp8": 0.5})
+    other = replace(params, grouped_gemm_efficiency={**grouped, "fp8": 0.1})
+    streaming_s = work.streaming_hbm_bytes / (gpu.hbm_bandwidth_bytes_per_s
+                                              * params.memory_efficiency)
+    assert compute_time_s(work, gpu, slow) - streaming_s == pytest.approx(
+        2 * (compute_time_s(work, gpu, fast) - streaming_s))
+    assert compute_time_s(work, gpu, other) == pytest.approx(compute_time_s(work, gpu, params))
+    assert touches("grouped_gemm_efficiency.fused-fp8", _scenario(recipe("mbridge-26.06")),
+                   params)
+    assert not touches("grouped_gemm_efficiency.fused-fp8",
+                       _scenario(recipe("mbridge-26.02")), params)
+
+
+def _scenario(recipe_):
+    from simulator.scenario import default_scenario
+
+    return replace(default_scenario(), recipe=recipe_)
+
+
+def test_expert_streaming_bytes_count_activation_and_quantisation_passes():
+    h, f = DSV3.hidden_size, DSV3.moe_ffn_hidden_size
+    bf16 = recipe_with(recipe("megatron-defaults"), precision="bf16")
+    assert expert_streaming_bytes(DSV3, bf16) == (6 * f, 10 * f)
+    fp8 = recipe_with(bf16, precision="mxfp8")
+    assert expert_streaming_bytes(DSV3, fp8) == (6 * f + 4 * (h + f), 10 * f + 4 * (h + 2 * f))
+    fused = recipe_with(fp8, fused_grouped_mlp=True)
+    assert expert_streaming_bytes(DSV3, fused) == (4 * h, 4 * h)
+    plain = replace(DSV3, swiglu=False)
+    assert expert_streaming_bytes(plain, bf16) == (3 * f, 5 * f)
+
+
+def test_streaming_bytes_run_in_series_with_the_gemms(toy_gpu, ideal_params):
+    gemm = Work(flops=2e9, hbm_bytes=1e9, kernel_class=KernelClass.GEMM, precision="bf16",
+                kernels=0, graphed=False)
+    assert compute_time_s(gemm, toy_gpu, ideal_params) == pytest.approx(2e-3)
+    with_streaming = replace(gemm, streaming_hbm_bytes=5e8)
+    assert compute_time_s(with_streaming, toy_gpu, ideal_params) == pytest.approx(2.5e-3)
+
+
+def test_expert_tasks_carry_their_streaming_bytes_per_padded_pair():
+    capped = recipe("mbridge-26.06")
+    experts = moe_blocks(DSV3, PLAN, capped)["experts"]
+    pairs = PLAN.mbs * PLAN.seq_len * DSV3.moe_router_topk * capped.expert_capacity_factor
+    fwd, bwd = expert_streaming_bytes(DSV3, capped)
+    assert experts.forward.streaming_hbm_bytes == pytest.approx(pairs * fwd)
+    assert experts.backward.streaming_hbm_bytes == pytest.approx(pairs * bwd)

@@ -12,7 +12,7 @@ the static shapes a full-iteration CUDA graph needs).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import comb
 
 from workloads import flops
@@ -55,6 +55,19 @@ EXPERT_SWIZZLE_KERNELS = (4, 8)
 # Without permute fusion, the router's permutation and the unpermute run as unfused
 # kernels, up to 10x slower than TE's fused one when top-k << experts (TE PR 1927, guide
 # §2.1.1): KernelClass.UNFUSED_PERMUTE, slowed by CostParams.unfused_permute_slowdown.
+# The fused grouped MLP of TE's operation fuser (recipe.fused_grouped_mlp, MXFP8 only) runs all
+# local experts in 2 launches forward (FC1 + SwiGLU + quantisation of the hidden activation,
+# then FC2) and 4 backward (FC2 dgrad + dSwiGLU + quantisation, FC1 dgrad, two weight
+# gradients): TransformerEngine PR 2622, as the same cuDNN fused ops count them in
+# pytorch/torchtitan PR 4257.
+FUSED_GROUPED_MLP_KERNELS = (2, 4)
+# Memory-bound kernels around the routed experts' GEMMs (Work.streaming_hbm_bytes), bytes per
+# element: quantising a BF16 tensor to FP8 reads 2 and writes a row-wise and a column-wise
+# copy (1 + 1; the scales are 1/32 or less of that); SwiGLU reads gate and up and writes
+# their product (2 + 2 + 2), its backward reads the product's gradient, gate and up and
+# writes both gradients (2 + 4 + 4). A non-gated activation moves half of each.
+QUANTISE_BYTES = 4
+ACTIVATION_FWD_BYTES, ACTIVATION_BWD_BYTES = 6, 10
 # Fusing MXFP8 quantisation into the norm (cuDNN, guide §2.1.5) saves a kernel per norm
 # each way and one pass over the normalised activations.
 NORM_QUANT_FUSED_SAVED_KERNELS = (2, 2)
@@ -67,7 +80,32 @@ def _router_kernels(recipe: Recipe) -> tuple[int, int]:
     return (total + 1) // 2, total // 2
 
 
+def fuses_grouped_mlp(recipe: Recipe) -> bool:
+    """Whether the routed experts run as TE's fused grouped MLP (MXFP8 only)."""
+    return recipe.fused_grouped_mlp and recipe.precision == "mxfp8"
+
+
+def expert_streaming_bytes(model: ModelSpec, recipe: Recipe) -> tuple[float, float]:
+    """HBM bytes per token-expert pair of the experts' memory-bound kernels (forward,
+    backward): the activation function, and with FP8/FP4 the quantisation of FC1's input, of
+    the hidden activation and of their gradients. The fused grouped MLP keeps only the
+    quantisation of FC1's input (forward) and of FC2's output gradient (backward)."""
+    h, f = model.hidden_size, model.moe_ffn_hidden_size
+    gate = 1.0 if model.swiglu else 0.5
+    quantised = recipe.precision != "bf16"
+    if fuses_grouped_mlp(recipe):
+        return QUANTISE_BYTES * h, QUANTISE_BYTES * h
+    forward = ACTIVATION_FWD_BYTES * gate * f
+    backward = ACTIVATION_BWD_BYTES * gate * f
+    if quantised:
+        forward += QUANTISE_BYTES * (h + f)
+        backward += QUANTISE_BYTES * (h + 2 * gate * f)
+    return forward, backward
+
+
 def _expert_kernels(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> tuple[int, int]:
+    if fuses_grouped_mlp(recipe):
+        return FUSED_GROUPED_MLP_KERNELS
     local_experts = max(1, model.num_experts // plan.ep)
     base_fwd, base_bwd = KERNELS["experts"]
     if recipe.precision == "bf16":
@@ -202,8 +240,13 @@ def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str
                       KernelClass.MEMORY if recipe.permute_fusion else permute)
     experts = _gemm("experts", padded * flops.expert_fwd_flops(model),
                     padded * (h + model.moe_ffn_hidden_size) * 2 * BF16_BYTES, recipe.precision,
-                    recipe, KernelClass.GROUPED_GEMM,
+                    recipe, (KernelClass.FUSED_GROUPED_MLP if fuses_grouped_mlp(recipe)
+                             else KernelClass.GROUPED_GEMM),
                     kernels=_expert_kernels(model, plan, recipe))
+    streaming_fwd, streaming_bwd = expert_streaming_bytes(model, recipe)
+    experts = BlockWork(
+        forward=replace(experts.forward, streaming_hbm_bytes=padded * streaming_fwd),
+        backward=replace(experts.backward, streaming_hbm_bytes=padded * streaming_bwd))
     if "moe_act" in modules and not whole:
         act_bytes = pairs * model.moe_ffn_hidden_size * 3 * BF16_BYTES
         experts = BlockWork(forward=experts.forward, backward=experts.backward,

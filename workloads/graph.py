@@ -44,6 +44,7 @@ class KernelClass(StrEnum):
 
     GEMM = "gemm"
     GROUPED_GEMM = "grouped_gemm"
+    FUSED_GROUPED_MLP = "fused_grouped_mlp"
     ATTENTION = "attention"
     MEMORY = "memory"
     UNFUSED_PERMUTE = "unfused_permute"
@@ -53,7 +54,9 @@ class KernelClass(StrEnum):
 class Work:
     """Executed work of a compute task: FLOPs at a precision, HBM bytes, kernel launches
     (`graphed`: replayed from a CUDA graph; `pdl`: launched with programmatic dependent
-    launch, so the gap before each kernel hides as it does inside a graph)."""
+    launch, so the gap before each kernel hides as it does inside a graph).
+    `streaming_hbm_bytes`: bytes that the task's memory-bound kernels (activation function,
+    quantisation) move before or after its GEMMs, in series with them."""
 
     flops: float
     hbm_bytes: float
@@ -62,10 +65,13 @@ class Work:
     kernels: int
     graphed: bool
     pdl: bool = False
+    streaming_hbm_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0:
+        if (self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0
+                or self.streaming_hbm_bytes < 0):
             raise ValueError(f"work: flops={self.flops}, hbm_bytes={self.hbm_bytes}, "
+                             f"streaming_hbm_bytes={self.streaming_hbm_bytes}, "
                              f"kernels={self.kernels} must be >= 0")
 
 

@@ -52,7 +52,8 @@ _SWITCHES = {"--overlap-moe-expert-parallel-comm": "a2a_overlap",
              "--fp8-dot-product-attention": "fp8_attention",
              "--fp8-param-gather": "fp8_param_gather", "NCCL_NVLS_ENABLE": "nccl_nvls",
              "--moe-router-fusion": "router_fusion", "--moe-permute-fusion": "permute_fusion",
-             "NVTE_NORM_FWD_USE_CUDNN": "norm_quant_fusion"}
+             "NVTE_NORM_FWD_USE_CUDNN": "norm_quant_fusion",
+             "--use-transformer-engine-op-fuser": "fused_grouped_mlp"}
 BRIDGE_PRECISIONS = {  # Megatron-Bridge mixed_precision recipe names
     "bf16_mixed": "bf16", "fp16_mixed": "bf16", "bf16_with_mxfp8_mixed": "mxfp8",
     "bf16_with_fp8_delayed_scaling_mixed": "fp8-cs",

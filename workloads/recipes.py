@@ -59,6 +59,10 @@ class Recipe:
         shared_expert_overlap is on).
     host_numa_bound: each rank's CPU and memory bound to its GPU's NUMA node (bindpcie,
         guide §2.4); unbound, every launch takes CostParams.unbound_host_slowdown longer.
+    fused_grouped_mlp: TE's operation fuser runs the routed experts as one fused grouped MLP
+        (CuTeDSL kernels: FC1 + SwiGLU + MXFP8 quantisation, then FC2; Megatron
+        --use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1). TE selects it
+        only for MXFP8 (TransformerEngine PR 2622); at other precisions the flag changes nothing.
     """
 
     name: str
@@ -86,6 +90,7 @@ class Recipe:
     norm_quant_fusion: bool = False
     graph_shared_expert: bool = True
     host_numa_bound: bool = True
+    fused_grouped_mlp: bool = False
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
@@ -171,6 +176,7 @@ _MBRIDGE_26_06 = Recipe(
     router_fusion=True,                    # hw §3: common to all NVIDIA DSv3 perf recipes
     permute_fusion=True,                   # hw §3: common to all NVIDIA DSv3 perf recipes
     norm_quant_fusion=True,                # guide §2.1.5: cuDNN >= 9.14 norm + quantisation
+    fused_grouped_mlp=True,                # hw §3 row 1: CuTeDSL fused grouped MLP, TE op fuser
 )
 
 _MBRIDGE_26_02 = Recipe(
