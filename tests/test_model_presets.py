@@ -32,10 +32,24 @@ def test_deepseek_rows_keep_the_release_recipe():
 
 
 def test_qwen3_on_nvl72_runs_hybridep_with_scoped_graphs_and_no_a2a_overlap():
-    qwen = row_recipe(_row("qwen3-30b-a3b", "gb300", "mbridge-26.06", "mxfp8"))
+    qwen = row_recipe(_row("qwen3-30b-a3b", "gb300", "mbridge-26.04", "mxfp8"))
     assert (qwen.dispatcher, qwen.dispatcher_sms, qwen.cuda_graphs) == ("hybridep", 32, "partial")
     assert not qwen.a2a_overlap and not qwen.fp8_attention and qwen.recompute_modules == ()
-    assert qwen.expert_capacity_factor is None
+    assert qwen.expert_capacity_factor is None and not qwen.fused_grouped_mlp
+
+
+@pytest.mark.parametrize("release", ["mbridge-26.06", "mbridge-26.08"])
+def test_qwen3_mxfp8_on_nvl72_takes_the_full_iteration_stack_from_26_06(release):
+    qwen = row_recipe(_row("qwen3-235b-a22b", "gb200", release, "mxfp8"))
+    assert (qwen.dispatcher, qwen.cuda_graphs, qwen.a2a_overlap) == ("hybridep", "full", True)
+    assert qwen.fp8_attention and qwen.fused_grouped_mlp and qwen.expert_capacity_factor == 1.5
+    on_b300 = row_recipe(_row("qwen3-30b-a3b", "b300", release, "mxfp8"))
+    assert on_b300.cuda_graphs == "partial" and not on_b300.fused_grouped_mlp
+
+
+def test_deepseek_on_hgx_nodes_keeps_the_unfused_experts_in_26_06():
+    assert not row_recipe(_row("deepseek-v3", "b300", "mbridge-26.06", "mxfp8")).fused_grouped_mlp
+    assert row_recipe(_row("deepseek-v3", "gb200", "mbridge-26.06", "mxfp8")).fused_grouped_mlp
 
 
 def test_gpt_oss_switches_to_the_v2_preset_with_mxfp8_from_26_06():
@@ -85,7 +99,10 @@ def test_run_puts_another_model_on_its_preset_and_says_so(capsys):
     assert main(argv) == 0
     captured = capsys.readouterr()
     recipe_fields = json.loads(captured.out)["scenario"]["recipe"]
-    assert (recipe_fields["cuda_graphs"], recipe_fields["a2a_overlap"]) == ("partial", False)
+    assert (recipe_fields["cuda_graphs"], recipe_fields["a2a_overlap"]) == ("full", True)
+    assert recipe_fields["fp8_attention"] is True
     assert "mbridge-26.06 preset for qwen3-30b-a3b on gb300" in captured.err
-    assert main([*argv, "--set", "a2a_overlap=true"]) == 0
-    assert json.loads(capsys.readouterr().out)["scenario"]["recipe"]["a2a_overlap"] is True
+    assert main([*argv, "--set", "a2a_overlap=false"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["recipe"]["a2a_overlap"] is False
+    assert main([*argv, "--recipe", "mbridge-26.04"]) == 0
+    assert json.loads(capsys.readouterr().out)["scenario"]["recipe"]["cuda_graphs"] == "partial"

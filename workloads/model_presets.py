@@ -64,7 +64,12 @@ PRESETS: tuple[Preset, ...] = (
     # DSv3 recompute lists, cuDNN norm+quantisation env, expert padding for full graphs).
     _preset(QWEN3 + GPT_OSS + LLAMA, ANY, MBRIDGE, a2a_overlap=False, fp8_attention=False,
             recompute_modules=(), cuda_graphs="none", norm_quant_fusion=False,
-            expert_capacity_factor=None, shared_expert_overlap=False, **ALLTOALL),
+            expert_capacity_factor=None, shared_expert_overlap=False,
+            fused_grouped_mlp=False, **ALLTOALL),
+    # DeepSeek-V3 on B200/B300 nodes in 26.06+: TE-scoped graphs (v0.5.0 B300_V2, hw §3); the
+    # full-iteration stack with the TE op fuser is the NVL72 configs' (hw §3 rows 1-2).
+    _preset(("deepseek-v3",), ("b200", "b300"), ("mbridge-26.06", "mbridge-26.08"),
+            fused_grouped_mlp=False),
     # Qwen3: TE-scoped graphs of router and preprocess; HybridEP (32 SMs) on NVL72 and B300
     # from 25.11 on; alltoall with A2A overlap on H100; 25.09 YAML: graphs on GB200 only.
     _preset(QWEN3, ("gb200",), MBRIDGE_25_09, cuda_graphs="full"),
@@ -76,15 +81,25 @@ PRESETS: tuple[Preset, ...] = (
     _preset(("qwen3-235b-a22b",), ("b300",), MBRIDGE_26_04_ON, cuda_graphs="none",
             **ALLTOALL),
     _preset(QWEN3, ("h100",), MBRIDGE_25_11 + MBRIDGE_26, a2a_overlap=True),
+    # Qwen3 MXFP8 on GB200/GB300 from 26.06 ("Full-Iter CUDA Graphs for 26.06", Megatron-Bridge
+    # PR 4249; qwen3_llm_pretrain.py @05c0c90f set_full_iter_cg_configs; 26.08 perf_recipes
+    # qwen/gb200/qwen3_moe.py @03573ca6): one graph per iteration with paged stash and
+    # expert-rank capacity factor 1.5, A2A overlap with delayed wgrad, FP8 attention, the TE
+    # op fuser's fused grouped MLP, HybridEP.
+    _preset(QWEN3, ("gb200", "gb300"), ("mbridge-26.06", "mbridge-26.08"), ("mxfp8",),
+            cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
+            expert_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
     # GPT-OSS: alltoall; graphs (TE-scoped) on GB300/B300, recompute of layernorm and MoE
     # activation elsewhere; the 26.06+ MXFP8 V2 presets on GB200/GB300: HybridEP, one graph
-    # for the whole iteration (expert padding 1.5), A2A overlap, FP8 attention.
+    # for the whole iteration (expert padding 1.5), A2A overlap, FP8 attention, the fused
+    # grouped MLP (gpt_oss workload configs @07eea52d, PR 4173; 26.08 perf_recipes
+    # gpt_oss/gb200 @0ae56a74).
     _preset(GPT_OSS, ("gb300", "b300"), MBRIDGE_25_11 + MBRIDGE_26, cuda_graphs="partial"),
     _preset(GPT_OSS, ("gb200", "b200", "h100"), MBRIDGE_25_11 + MBRIDGE_26,
             recompute_modules=("layernorm", "moe_act")),
     _preset(GPT_OSS, ("gb200", "gb300"), ("mbridge-26.06", "mbridge-26.08"), ("mxfp8",),
             cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
-            expert_capacity_factor=1.5, **HYBRIDEP),
+            expert_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
     # Llama 3: 70B FSDP runs offload activations of some layers to the host (cpu_offloading_
     # num_layers: GB200 FP8-CS 40, BF16 20; GB300 FP8-CS 20, BF16 30; B200 FP8-CS 5) and keep the
     # cuDNN LayerNorm env on GB200/GB300 (70B BF16/FP8-CS, 405B FP8-CS).
