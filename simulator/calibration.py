@@ -43,8 +43,13 @@ class CostParams:
     grouped_gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.65, "fp8": 0.60, "nvfp4": 0.50, "fused-fp8": 0.68}))
     # Fused attention fwd+bwd (FlashAttention-3 / cuDNN): ~0.6 fwd, ~0.45 bwd of BF16 peak.
+    # "window-*": sliding-window layers; cuDNN 9.27's GPT-OSS benchmark (128-token window,
+    # head dim 64) reaches 156-170 TFLOP/s forward and 178-187 backward on GB200, 0.07 of the
+    # 2,500 dense BF16 peak (NVIDIA/cudnn-frontend benchmark/attention_training/results); FP8
+    # brings those kernels no gain (their FP8 backward is slower still there): half at the
+    # FP8 peak.
     attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
-        {"bf16": 0.50, "fp8": 0.45}))
+        {"bf16": 0.50, "fp8": 0.45, "window-bf16": 0.07, "window-fp8": 0.035}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.

@@ -23,6 +23,10 @@ PEAK_KEY = {"bf16": "bf16", "fp8-cs": "fp8", "fp8-blockwise": "fp8", "mxfp8": "f
             "nvfp4": "nvfp4", "fp8": "fp8"}
 
 
+# Kernel classes whose efficiencies are keyed by kind instead of by GPU architecture.
+KEY_PREFIX = {KernelClass.FUSED_GROUPED_MLP: "fused", KernelClass.WINDOW_ATTENTION: "window"}
+
+
 def peak_key(precision: str) -> str:
     """The tensor-core peak that a training precision runs at."""
     if precision not in PEAK_KEY:
@@ -32,16 +36,17 @@ def peak_key(precision: str) -> str:
 
 def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     """The efficiency of the work's kernel class, most specific key first:
-    "<architecture>-<precision>" ("fused-<precision>" for the fused grouped MLP), then
-    "<precision>", then "bf16"."""
+    "<architecture>-<precision>" ("fused-<precision>" for the fused grouped MLP,
+    "window-<precision>" for sliding-window attention), then "<precision>", then "bf16"."""
     table = {KernelClass.GEMM: params.gemm_efficiency,
              KernelClass.GROUPED_GEMM: params.grouped_gemm_efficiency,
              KernelClass.FUSED_GROUPED_MLP: params.grouped_gemm_efficiency,
-             KernelClass.ATTENTION: params.attention_efficiency}.get(work.kernel_class)
+             KernelClass.ATTENTION: params.attention_efficiency,
+             KernelClass.WINDOW_ATTENTION: params.attention_efficiency}.get(work.kernel_class)
     if table is None:
         return 1.0
     key = peak_key(work.precision)
-    prefix = "fused" if work.kernel_class == KernelClass.FUSED_GROUPED_MLP else gpu.architecture
+    prefix = KEY_PREFIX.get(work.kernel_class, gpu.architecture)
     return table.get(f"{prefix}-{key}", table.get(key, table["bf16"]))
 
 

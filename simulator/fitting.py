@@ -137,6 +137,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         if architecture == "fused":
             return (name == "grouped_gemm_efficiency" and scenario.model.is_moe
                     and fuses_grouped_mlp(recipe))
+        if architecture == "window":
+            return name == "attention_efficiency" and scenario.model.sliding_window is not None
         if precision != "bf16" and peak_key(recipe.precision) != precision:
             return False
         if architecture:

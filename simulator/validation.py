@@ -46,6 +46,9 @@ REQUIRED_COLUMNS = ("name", "model", "gpu", "num_gpus", "precision", "tp", "pp",
                     "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
                     "flops_formula")
 LADDER_NAME = re.compile(r"ladder-gb200-(\d\d)\b")
+# Containers whose recipe differs from their release's (data/README.md: the `release` maps
+# 26.06.01 to mbridge-26.06 and the `name` keeps the exact container).
+CONTAINER_RECIPES = {"mb260601-": "mbridge-26.06.01"}
 INTEGER_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len",
                    "fsdp", "mtp_layers")
 
@@ -95,12 +98,15 @@ def _flag(text: str) -> bool | None:
 def _release_recipe(row: dict[str, Any]) -> Recipe:
     """The row's release with its performance scripts' preset for the row's model and GPU
     (workloads.model_presets); a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
-    the name, data/README.md) gets the guide's recipe after step NN."""
+    the name, data/README.md) gets the guide's recipe after step NN, a row of a container
+    with a recipe of its own (CONTAINER_RECIPES, by name) that recipe."""
     ladder = LADDER_NAME.match(row["name"])
     if row["release"] == GB200_GUIDE and ladder:
         return guide_step_recipe(int(ladder.group(1)))
-    return recipe_with(recipe(row["release"]), **model_preset(
-        row["release"], row["model"], row["gpu"], row["precision"]))
+    release = next((name for prefix, name in CONTAINER_RECIPES.items()
+                    if row["name"].startswith(prefix)), row["release"])
+    return recipe_with(recipe(release), **model_preset(
+        release, row["model"], row["gpu"], row["precision"]))
 
 
 def row_recipe(row: dict[str, Any]) -> Recipe:

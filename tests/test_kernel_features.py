@@ -209,3 +209,58 @@ def test_expert_tasks_carry_their_streaming_bytes_per_padded_pair():
     fwd, bwd = expert_streaming_bytes(DSV3, capped)
     assert experts.forward.streaming_hbm_bytes == pytest.approx(pairs * fwd)
     assert experts.backward.streaming_hbm_bytes == pytest.approx(pairs * bwd)
+
+
+GPT_OSS = model_spec("gpt-oss-120b")
+GPT_OSS_PLAN = ParallelPlan(num_gpus=64, ep=64, mbs=4, gbs=1280, seq_len=4096)
+
+
+def test_gpt_oss_clamped_glu_and_expert_bias_move_more_bytes_unfused():
+    bf16 = recipe_with(recipe("megatron-defaults"), precision="bf16")
+    h, f = GPT_OSS.hidden_size, GPT_OSS.moe_ffn_hidden_size
+    assert expert_streaming_bytes(GPT_OSS, bf16) == (22 * f + 8 * h, 30 * f + 4 * h)
+    plain = replace(GPT_OSS, clamped_glu=False, linear_bias=False)
+    assert expert_streaming_bytes(plain, bf16) == (6 * f, 10 * f)
+    with_bias = moe_blocks(GPT_OSS, GPT_OSS_PLAN, bf16)["experts"].forward.kernels
+    without = moe_blocks(replace(GPT_OSS, linear_bias=False), GPT_OSS_PLAN, bf16)["experts"]
+    assert with_bias - without.forward.kernels == 2 * (128 // 64) + 1
+
+
+def test_sliding_window_layers_run_at_the_window_efficiency():
+    gpu = gpu_spec("gb200")
+    blocks_by_layer = [attention_blocks(GPT_OSS, GPT_OSS_PLAN, recipe("megatron-defaults"),
+                                        layer)["core_attn"] for layer in (0, 1)]
+    window, full = (b.forward for b in blocks_by_layer)
+    assert window.kernel_class == KernelClass.WINDOW_ATTENTION
+    assert full.kernel_class == KernelClass.ATTENTION
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0)
+    table = dict(params.attention_efficiency)
+    half = replace(params, attention_efficiency={**table,
+                                                 "window-bf16": table["window-bf16"] / 2})
+    assert compute_time_s(window, gpu, half) == pytest.approx(
+        2 * compute_time_s(window, gpu, params))
+    assert compute_time_s(full, gpu, half) == compute_time_s(full, gpu, params)
+    long_window = attention_blocks(replace(GPT_OSS, sliding_window=8192), GPT_OSS_PLAN,
+                                   recipe("megatron-defaults"), 0)["core_attn"].forward
+    assert long_window.kernel_class == KernelClass.ATTENTION
+
+
+def test_the_2606_01_dbias_regression_slows_only_biased_fused_experts():
+    fused = recipe("mbridge-26.06")
+    regressed = recipe("mbridge-26.06.01")
+    assert regressed.fused_mlp_dbias_slowdown == pytest.approx(1362.8 / 155.6)
+    gpt_oss = [moe_blocks(GPT_OSS, GPT_OSS_PLAN, r)["experts"] for r in (fused, regressed)]
+    assert gpt_oss[0].forward == gpt_oss[1].forward
+    # FC2's data gradient is h*f of the backward's 2*(h*f + h*2f) weights' worth: 1/6.
+    assert gpt_oss[1].backward.flops == pytest.approx(
+        gpt_oss[0].backward.flops * (1 + (1362.8 / 155.6 - 1) / 6))
+    dsv3 = [moe_blocks(DSV3, PLAN, r)["experts"] for r in (fused, regressed)]
+    assert dsv3[0] == dsv3[1]
+
+
+def test_a_2606_01_row_gets_its_containers_recipe_by_name():
+    row = {"name": "mb260601-gptoss120b-gb300-64", "model": "gpt-oss-120b", "gpu": "gb300",
+           "release": "mbridge-26.06", "precision": "mxfp8", "recompute": "", "dispatcher": "",
+           "cuda_graphs": "", "a2a_overlap": "", "fp8_attention": ""}
+    assert row_recipe(row).fused_mlp_dbias_slowdown > 1
+    assert row_recipe({**row, "name": "mb2606-gptoss120b-gb300-64"}).fused_mlp_dbias_slowdown == 1

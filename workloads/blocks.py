@@ -68,6 +68,17 @@ FUSED_GROUPED_MLP_KERNELS = (2, 4)
 # writes both gradients (2 + 4 + 4). A non-gated activation moves half of each.
 QUANTISE_BYTES = 4
 ACTIVATION_FWD_BYTES, ACTIVATION_BWD_BYTES = 6, 10
+# GPT-OSS's clamped GLU (ModelSpec.clamped_glu) unfused: Megatron-Core runs chunk, two clamps
+# and cat as eager ops around a compiled GLU (megatron/core/fusions/fused_bias_geglu.py), about
+# 3 reads and 2.5 writes of the [pairs, 2f] BF16 tensor forward and 4.5 reads and 3 writes
+# backward: 22 and 30 bytes per hidden element.
+CLAMPED_ACTIVATION_FWD_BYTES, CLAMPED_ACTIVATION_BWD_BYTES = 22, 30
+# With linear_bias and the unfused experts, FC2's bias is added per local expert after the
+# GEMM (TEGroupedMLP._apply_bias: t + b * p, then torch.cat): two passes over [pairs, h] each
+# way forward (8 bytes per element), the bias gradient's reduction reads the gradient again
+# with the cat's backward (4); 2 kernels per local expert and the cat forward, 1 per local
+# expert backward.
+EXPERT_BIAS_FWD_BYTES, EXPERT_BIAS_BWD_BYTES = 8, 4
 # Fusing MXFP8 quantisation into the norm (cuDNN, guide §2.1.5) saves a kernel per norm
 # each way and one pass over the normalised activations.
 NORM_QUANT_FUSED_SAVED_KERNELS = (2, 2)
@@ -90,17 +101,43 @@ def expert_streaming_bytes(model: ModelSpec, recipe: Recipe) -> tuple[float, flo
     backward): the activation function, and with FP8/FP4 the quantisation of FC1's input, of
     the hidden activation and of their gradients. The fused grouped MLP keeps only the
     quantisation of FC1's input (forward) and of FC2's output gradient (backward)."""
-    h, f = model.hidden_size, model.moe_ffn_hidden_size
-    gate = 1.0 if model.swiglu else 0.5
+    h, f, gate = model.hidden_size, model.moe_ffn_hidden_size, _gate_share(model)
     quantised = recipe.precision != "bf16"
     if fuses_grouped_mlp(recipe):
         return QUANTISE_BYTES * h, QUANTISE_BYTES * h
-    forward = ACTIVATION_FWD_BYTES * gate * f
-    backward = ACTIVATION_BWD_BYTES * gate * f
+    forward, backward = (activation_bytes(model)[0] * gate * f,
+                         activation_bytes(model)[1] * gate * f)
     if quantised:
         forward += QUANTISE_BYTES * (h + f)
         backward += QUANTISE_BYTES * (h + 2 * gate * f)
+    if model.linear_bias:
+        forward += EXPERT_BIAS_FWD_BYTES * h
+        backward += EXPERT_BIAS_BWD_BYTES * h
     return forward, backward
+
+
+def _dbias_backward_factor(model: ModelSpec, recipe: Recipe) -> float:
+    """How many times as long the fused grouped MLP's backward takes with a slow dGLU + dbias
+    kernel (recipe.fused_mlp_dbias_slowdown): that kernel is FC2's data gradient, h·f of the
+    backward's 2·(h·f + h·f_1) weights-worth of GEMMs (f_1 = 2f gated, f otherwise)."""
+    if not (model.linear_bias and fuses_grouped_mlp(recipe)):
+        return 1.0
+    fc1 = (model.ffn_matrices - 1) * model.moe_ffn_hidden_size
+    share = model.moe_ffn_hidden_size / (2 * (model.moe_ffn_hidden_size + fc1))
+    return 1 + (recipe.fused_mlp_dbias_slowdown - 1) * share
+
+
+def _gate_share(model: ModelSpec) -> float:
+    """What a non-gated activation moves of a gated one's bytes."""
+    return 1.0 if model.swiglu else 0.5
+
+
+def activation_bytes(model: ModelSpec) -> tuple[int, int]:
+    """HBM bytes per hidden element of the experts' unfused gated activation (forward,
+    backward)."""
+    if model.clamped_glu:
+        return CLAMPED_ACTIVATION_FWD_BYTES, CLAMPED_ACTIVATION_BWD_BYTES
+    return ACTIVATION_FWD_BYTES, ACTIVATION_BWD_BYTES
 
 
 def _expert_kernels(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> tuple[int, int]:
@@ -108,6 +145,8 @@ def _expert_kernels(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> tup
         return FUSED_GROUPED_MLP_KERNELS
     local_experts = max(1, model.num_experts // plan.ep)
     base_fwd, base_bwd = KERNELS["experts"]
+    if model.linear_bias:
+        base_fwd, base_bwd = base_fwd + 2 * local_experts + 1, base_bwd + local_experts
     if recipe.precision == "bf16":
         per_fwd, per_bwd = EXPERT_GEMM_KERNELS["bf16"]
     else:
@@ -205,7 +244,8 @@ def _norms(elements: float, recipe: Recipe) -> BlockWork:
 def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
                      layer: int | None = None) -> dict[str, BlockWork]:
     """Norms (with residuals and quantisation), attention projections, core attention of
-    attention layer `layer` (its sliding window, if any; None = the mean layer)."""
+    attention layer `layer` (its sliding window, if any, as its own kernel class; None = the
+    mean layer)."""
     tokens, h = tokens_per_gpu(plan), model.hidden_size
     modules = set(recipe.recompute_modules)
     full = "full" in modules
@@ -216,9 +256,11 @@ def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
         up = _gemm("attn_proj", tokens * _mla_up_proj_flops(model), 0.0, recipe.precision,
                    recipe)
         proj = BlockWork(forward=proj.forward, backward=proj.backward, recompute=up.forward)
+    windowed = (layer is not None and model.is_window_layer(layer)
+                and (model.sliding_window or 0) < plan.seq_len)
     core = _gemm("core_attn", tokens * flops.core_attention_fwd_flops(model, plan.seq_len, layer),
-                 0.0,
-                 "fp8" if recipe.fp8_attention else "bf16", recipe, KernelClass.ATTENTION,
+                 0.0, "fp8" if recipe.fp8_attention else "bf16", recipe,
+                 KernelClass.WINDOW_ATTENTION if windowed else KernelClass.ATTENTION,
                  BACKWARD_ATTENTION_FACTOR)
     return {"norms": _with_recompute(norms, full or "layernorm" in modules),
             "attn_proj": _with_recompute(proj, full),
@@ -246,9 +288,11 @@ def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str
     streaming_fwd, streaming_bwd = expert_streaming_bytes(model, recipe)
     experts = BlockWork(
         forward=replace(experts.forward, streaming_hbm_bytes=padded * streaming_fwd),
-        backward=replace(experts.backward, streaming_hbm_bytes=padded * streaming_bwd))
+        backward=replace(experts.backward, streaming_hbm_bytes=padded * streaming_bwd,
+                         flops=experts.backward.flops * _dbias_backward_factor(model, recipe)))
     if "moe_act" in modules and not whole:
-        act_bytes = pairs * model.moe_ffn_hidden_size * 3 * BF16_BYTES
+        act_bytes = (pairs * model.moe_ffn_hidden_size * _gate_share(model)
+                     * activation_bytes(model)[0])
         experts = BlockWork(forward=experts.forward, backward=experts.backward,
                             recompute=_memory("experts", act_bytes, recipe).forward)
     blocks = {"router": _with_recompute(router, whole),

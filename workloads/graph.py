@@ -46,6 +46,7 @@ class KernelClass(StrEnum):
     GROUPED_GEMM = "grouped_gemm"
     FUSED_GROUPED_MLP = "fused_grouped_mlp"
     ATTENTION = "attention"
+    WINDOW_ATTENTION = "window_attention"
     MEMORY = "memory"
     UNFUSED_PERMUTE = "unfused_permute"
 

@@ -138,8 +138,8 @@ def _mixtral(c: _Config) -> dict[str, Any]:
 
 
 def _gpt_oss(c: _Config) -> dict[str, Any]:
-    """GPT-OSS: Mixtral-like MoE with biases on every linear, attention sinks, and the
-    sliding_window on the layers layer_types calls sliding_attention."""
+    """GPT-OSS: Mixtral-like MoE with biases on every linear, attention sinks, the clamped
+    GLU, and the sliding_window on the layers layer_types calls sliding_attention."""
     fields = _mixtral(c)
     types = c.sequence("layer_types", [], length=fields["num_layers"])
     if any(kind not in WINDOW_LAYER_TYPES for kind in types):
@@ -147,7 +147,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
     pattern = tuple(WINDOW_LAYER_TYPES[kind] for kind in types)
     window = c.size("sliding_window") if any(pattern) else None
     fields.update(sliding_window=window, window_layer_pattern=pattern if window else (),
-                  attention_sinks=True, linear_bias=True)
+                  attention_sinks=True, linear_bias=True, clamped_glu=True)
     return fields
 
 

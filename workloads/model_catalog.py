@@ -59,11 +59,13 @@ QWEN3_30B_A3B: dict[str, Any] = dict(
 # openai/gpt-oss-120b config.json (gpt_oss): intermediate_size=2880 per expert,
 # num_local_experts=128, num_experts_per_tok=4, head_dim=64, num_key_value_heads=8,
 # layer_types = 18 x [sliding_attention, full_attention], sliding_window=128, attention sinks
-# (self_attn.sinks) and biases on every linear (Bridge add_bias_linear=True, router bias).
+# (self_attn.sinks) and biases on every linear (Bridge add_bias_linear=True, router bias);
+# swiglu_limit=7.0 with the gate's alpha 1.702 and the linear half +1 (Bridge gpt_oss_bridge.py:
+# activation_func_clamp_value=7.0, glu_linear_offset=1.0).
 GPT_OSS_120B: dict[str, Any] = dict(
     name="gpt-oss-120b", hidden_size=2880, num_layers=36, vocab_size=201088,
     num_attention_heads=64, num_query_groups=8, kv_channels=64, sliding_window=128,
-    window_layer_pattern=(1, 0) * 18, attention_sinks=True, linear_bias=True,
+    window_layer_pattern=(1, 0) * 18, attention_sinks=True, linear_bias=True, clamped_glu=True,
     ffn_hidden_size=2880, num_experts=128, moe_ffn_hidden_size=2880, moe_router_topk=4,
     moe_layer_freq=(1,) * 36,
 )

@@ -23,8 +23,9 @@ from typing import Any, Mapping
 
 MBRIDGE_25_09 = ("mbridge-25.09",)
 MBRIDGE_25_11 = ("mbridge-25.11",)
-MBRIDGE_26 = ("mbridge-26.02", "mbridge-26.04", "mbridge-26.06", "mbridge-26.08")
-MBRIDGE_26_04_ON = ("mbridge-26.04", "mbridge-26.06", "mbridge-26.08")
+MBRIDGE_26_06_ON = ("mbridge-26.06", "mbridge-26.06.01", "mbridge-26.08")
+MBRIDGE_26 = ("mbridge-26.02", "mbridge-26.04", *MBRIDGE_26_06_ON)
+MBRIDGE_26_04_ON = ("mbridge-26.04", *MBRIDGE_26_06_ON)
 MBRIDGE = MBRIDGE_25_09 + MBRIDGE_25_11 + MBRIDGE_26
 ANY = ()
 
@@ -68,7 +69,7 @@ PRESETS: tuple[Preset, ...] = (
             fused_grouped_mlp=False, **ALLTOALL),
     # DeepSeek-V3 on B200/B300 nodes in 26.06+: TE-scoped graphs (v0.5.0 B300_V2, hw §3); the
     # full-iteration stack with the TE op fuser is the NVL72 configs' (hw §3 rows 1-2).
-    _preset(("deepseek-v3",), ("b200", "b300"), ("mbridge-26.06", "mbridge-26.08"),
+    _preset(("deepseek-v3",), ("b200", "b300"), MBRIDGE_26_06_ON,
             fused_grouped_mlp=False),
     # Qwen3: TE-scoped graphs of router and preprocess; HybridEP (32 SMs) on NVL72 and B300
     # from 25.11 on; alltoall with A2A overlap on H100; 25.09 YAML: graphs on GB200 only.
@@ -86,7 +87,7 @@ PRESETS: tuple[Preset, ...] = (
     # qwen/gb200/qwen3_moe.py @03573ca6): one graph per iteration with paged stash and
     # expert-rank capacity factor 1.5, A2A overlap with delayed wgrad, FP8 attention, the TE
     # op fuser's fused grouped MLP, HybridEP.
-    _preset(QWEN3, ("gb200", "gb300"), ("mbridge-26.06", "mbridge-26.08"), ("mxfp8",),
+    _preset(QWEN3, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",),
             cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
             expert_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
     # GPT-OSS: alltoall; graphs (TE-scoped) on GB300/B300, recompute of layernorm and MoE
@@ -97,7 +98,7 @@ PRESETS: tuple[Preset, ...] = (
     _preset(GPT_OSS, ("gb300", "b300"), MBRIDGE_25_11 + MBRIDGE_26, cuda_graphs="partial"),
     _preset(GPT_OSS, ("gb200", "b200", "h100"), MBRIDGE_25_11 + MBRIDGE_26,
             recompute_modules=("layernorm", "moe_act")),
-    _preset(GPT_OSS, ("gb200", "gb300"), ("mbridge-26.06", "mbridge-26.08"), ("mxfp8",),
+    _preset(GPT_OSS, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",),
             cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
             expert_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
     # Llama 3: 70B FSDP runs offload activations of some layers to the host (cpu_offloading_

@@ -33,7 +33,9 @@ class ModelSpec:
     window layer, itself included (HF's sliding_window); `window_layer_pattern` flags those
     layers (1 = window), empty meaning all; MTP layers attend to the full sequence.
     `attention_sinks` adds one learned logit per head; `linear_bias` a bias to every linear
-    (and the router); `qk_layernorm` per-head q and k RMSNorms (GQA).
+    (and the router); `qk_layernorm` per-head q and k RMSNorms (GQA). `clamped_glu`: GPT-OSS's
+    gated activation, the gate clamped to a limit and the linear half offset by one (Megatron
+    activation_func_clamp_value, glu_linear_offset).
     """
 
     name: str
@@ -61,6 +63,7 @@ class ModelSpec:
     window_layer_pattern: tuple[int, ...] = ()
     attention_sinks: bool = False
     linear_bias: bool = False
+    clamped_glu: bool = False
     qk_layernorm: bool = False
     mtp_layers: int = 0
     tie_embeddings: bool = False

@@ -63,6 +63,9 @@ class Recipe:
         (CuTeDSL kernels: FC1 + SwiGLU + MXFP8 quantisation, then FC2; Megatron
         --use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1). TE selects it
         only for MXFP8 (TransformerEngine PR 2622); at other precisions the flag changes nothing.
+    fused_mlp_dbias_slowdown: how many times as long the fused MLP's backward FC2-dgrad + dGLU
+        kernel takes when it also reduces the experts' bias gradient (models with
+        linear_bias); 1 = as designed.
     """
 
     name: str
@@ -91,6 +94,7 @@ class Recipe:
     graph_shared_expert: bool = True
     host_numa_bound: bool = True
     fused_grouped_mlp: bool = False
+    fused_mlp_dbias_slowdown: float = 1.0
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
@@ -133,6 +137,8 @@ def _check_numbers(r: Recipe) -> None:
     if r.optimizer_state_bytes_per_param <= 0:
         raise ValueError(f"optimizer_state_bytes_per_param={r.optimizer_state_bytes_per_param}: "
                          f"must be > 0")
+    if r.fused_mlp_dbias_slowdown < 1:
+        raise ValueError(f"fused_mlp_dbias_slowdown={r.fused_mlp_dbias_slowdown}: must be >= 1")
     if isinstance(r.activation_offload_layers, bool) or not isinstance(
             r.activation_offload_layers, int) or r.activation_offload_layers < 0:
         raise ValueError(f"activation_offload_layers={r.activation_offload_layers!r}: must be "
@@ -254,6 +260,11 @@ _RELEASES = (
     _MBRIDGE_26_02,
     replace(_MBRIDGE_26_02, name="mbridge-26.04"),  # data table: same flags as 26.02 on GB300
     _MBRIDGE_26_06,
+    # 26.06.01: 26.06's recipes with cudnn-frontend 1.24/1.25, whose fused grouped-GEMM dGLU
+    # kernel with a bias gradient took 1362.8 us instead of 155.6 us (CUTLASS DSL code
+    # generation of the dbias reduction; NVIDIA/cudnn-frontend issue 256, fixed by PR 322;
+    # the footnote of Megatron-Bridge docs/performance-summary.md for GPT-OSS in 26.06.01).
+    replace(_MBRIDGE_26_06, name="mbridge-26.06.01", fused_mlp_dbias_slowdown=1362.8 / 155.6),
     # 26.08 keeps 26.06's DSv3 features and adds FP8 output projection (hw §3 row 1), which
     # moesim does not distinguish from the MXFP8 linear layers it already runs in FP8.
     replace(_MBRIDGE_26_06, name="mbridge-26.08"),
