@@ -17,6 +17,7 @@ share of busy time a typical GPU spends waiting for it is reported as "gpu_varia
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Mapping, Sequence
@@ -37,15 +38,17 @@ class StepMetrics:
     breakdown_s: Mapping[str, float]
 
 
-def _subtract(interval: tuple[float, float],
-              cuts: list[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Parts of `interval` not covered by `cuts` (sorted by start)."""
+def _subtract(interval: tuple[float, float], cuts: list[tuple[float, float]],
+              ends: list[float]) -> list[tuple[float, float]]:
+    """Parts of `interval` not covered by `cuts` (merged: sorted and disjoint; `ends` are their
+    ends, to skip by bisection the cuts that end before the interval)."""
     pieces, cursor = [], interval[0]
-    for start, end in cuts:
-        if end <= cursor or start >= interval[1]:
-            continue
+    for index in range(bisect_right(ends, cursor), len(cuts)):
+        start, end = cuts[index]
+        if start >= interval[1]:
+            break
         if start > cursor:
-            pieces.append((cursor, min(start, interval[1])))
+            pieces.append((cursor, start))
         cursor = max(cursor, end)
     if cursor < interval[1]:
         pieces.append((cursor, interval[1]))
@@ -89,13 +92,14 @@ def rank_breakdown(records: list[TaskRecord], step_time_s: float) -> dict[str, f
         if record.lane != "compute":
             comm[record.category].append((record.start_s, record.end_s))
     comm_merged = {kind: _merge(spans) for kind, spans in comm.items()}
+    comm_ends = {kind: [end for _, end in spans] for kind, spans in comm_merged.items()}
     for start, end, issued_s in _idle_gaps(compute, step_time_s):
         host_end = min(max(issued_s, start), end)
         parts[LAUNCH] += host_end - start
         remaining = [(host_end, end)] if host_end < end else []
         for kind in EXPOSED_ORDER:
-            spans = comm_merged.get(kind, [])
-            left = [piece for gap in remaining for piece in _subtract(gap, spans)]
+            spans, ends = comm_merged.get(kind, []), comm_ends.get(kind, [])
+            left = [piece for gap in remaining for piece in _subtract(gap, spans, ends)]
             parts[f"exposed_{kind}"] += _length(remaining) - _length(left)
             remaining = left
         parts[BUBBLE] += _length(remaining)
