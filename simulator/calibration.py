@@ -37,11 +37,13 @@ class CostParams:
     gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.75, "fp8": 0.70, "nvfp4": 0.60}))
     # Grouped GEMMs of MoE experts: many smaller problems, lower occupancy than one GEMM.
+    # MCore's multi-stream cuBLAS MXFP8 grouped GEMM reaches 2,672 TFLOP/s on GB200 at
+    # K=7,168, N=2,048 (GB200 guide §1 item 3), 0.53 of the 5,000 dense FP8 peak.
     # "fused-fp8": TE's fused MXFP8 grouped MLP (FC1 + SwiGLU + quantisation, FC2); a fused
     # MXFP8 grouped MLP on one GB200 ran 1.13x as fast as its six GEMMs alone
-    # (marin-community/marin issue 7282, cudnn-frontend fused MoE kernels): 0.60 x 1.13.
+    # (marin-community/marin issue 7282, cudnn-frontend fused MoE kernels): 0.53 x 1.13.
     grouped_gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
-        {"bf16": 0.65, "fp8": 0.60, "nvfp4": 0.50, "fused-fp8": 0.68}))
+        {"bf16": 0.65, "fp8": 0.53, "nvfp4": 0.50, "fused-fp8": 0.60}))
     # Fused attention fwd+bwd (FlashAttention-3 / cuDNN): ~0.6 fwd, ~0.45 bwd of BF16 peak.
     # "window-*": sliding-window layers; cuDNN 9.27's GPT-OSS benchmark (128-token window,
     # head dim 64) reaches 156-170 TFLOP/s forward and 178-187 backward on GB200, 0.07 of the
