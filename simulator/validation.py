@@ -46,6 +46,8 @@ REQUIRED_COLUMNS = ("name", "model", "gpu", "num_gpus", "precision", "tp", "pp",
                     "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
                     "flops_formula")
 LADDER_NAME = re.compile(r"ladder-gb200-(\d\d)\b")
+# Megatron-Bridge's token-drop MoE (moe_token_drop.py): capacity factor 1, padded to capacity.
+TOKEN_DROP_CAPACITY_FACTOR = 1.0
 # Containers whose recipe differs from their release's (data/README.md: the `release` maps
 # 26.06.01 to mbridge-26.06 and the `name` keeps the exact container).
 CONTAINER_RECIPES = {"mb260601-": "mbridge-26.06.01"}
@@ -130,6 +132,8 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
         changes.update(fp8_attention=False, fp8_param_gather=False)
     if changes.get("cuda_graphs", base.cuda_graphs) != "full":
         changes["expert_capacity_factor"] = None
+    if row.get("routing") == "tokendrop":
+        changes["expert_capacity_factor"] = TOKEN_DROP_CAPACITY_FACTOR
     return recipe_with(base, **changes)
 
 

@@ -106,3 +106,31 @@ def test_run_puts_another_model_on_its_preset_and_says_so(capsys):
     assert json.loads(capsys.readouterr().out)["scenario"]["recipe"]["a2a_overlap"] is False
     assert main([*argv, "--recipe", "mbridge-26.04"]) == 0
     assert json.loads(capsys.readouterr().out)["scenario"]["recipe"]["cuda_graphs"] == "partial"
+
+
+def test_token_drop_rows_pad_experts_to_capacity_one_and_skip_the_host_sync():
+    dropped = row_recipe(_row("deepseek-v3", "gb200", "mbridge-25.09", "fp8-cs",
+                              routing="tokendrop"))
+    assert dropped.expert_capacity_factor == 1.0 and dropped.dispatcher == "alltoall"
+    assert dropped.recompute_modules == ("mla_up_proj",) and not dropped.a2a_overlap
+    balanced = row_recipe(_row("deepseek-v3", "gb200", "mbridge-25.09", "fp8-cs",
+                               routing="balanced"))
+    assert balanced.expert_capacity_factor is None
+
+    from workloads.step import StepSpec, build_step
+
+    plan = ParallelPlan(num_gpus=8, ep=8, gbs=16, seq_len=4096)
+    model = model_spec("qwen3-30b-a3b")
+    syncs = {capacity: sum(task.host_sync for task in build_step(StepSpec(
+        model=model, plan=plan, recipe=recipe_with(
+            dropped, expert_capacity_factor=capacity))).tasks) for capacity in (None, 1.0)}
+    assert syncs[None] > 0 and syncs[1.0] == 0
+
+
+def test_deepseek_25_11_presets_follow_each_gpus_base_config():
+    gb300 = row_recipe(_row("deepseek-v3", "gb300", "mbridge-25.11", "mxfp8"))
+    assert gb300.recompute_modules == () and gb300.cuda_graphs == "partial"
+    gb200 = row_recipe(_row("deepseek-v3", "gb200", "mbridge-25.11", "mxfp8"))
+    assert gb200.recompute_modules == ("mla_up_proj",) and gb200.dispatcher == "hybridep"
+    b200 = row_recipe(_row("deepseek-v3", "b200", "mbridge-25.11", "mxfp8"))
+    assert (b200.dispatcher, b200.cuda_graphs) == ("alltoall", "none")

@@ -67,6 +67,11 @@ PRESETS: tuple[Preset, ...] = (
             recompute_modules=(), cuda_graphs="none", norm_quant_fusion=False,
             expert_capacity_factor=None, shared_expert_overlap=False,
             fused_grouped_mlp=False, **ALLTOALL),
+    # DeepSeek-V3 in 25.11 (workload_base_configs.py @d19cb73): GB200 recomputes the MLA
+    # up-projections; B200 runs the NCCL all-to-all eagerly.
+    _preset(("deepseek-v3",), ("gb200",), MBRIDGE_25_11, recompute_modules=("mla_up_proj",)),
+    _preset(("deepseek-v3",), ("b200",), MBRIDGE_25_11, recompute_modules=("mla_up_proj",),
+            cuda_graphs="none", shared_expert_overlap=True, **ALLTOALL),
     # DeepSeek-V3 on B200/B300 nodes in 26.06+: TE-scoped graphs (v0.5.0 B300_V2, hw §3); the
     # full-iteration stack with the TE op fuser is the NVL72 configs' (hw §3 rows 1-2).
     _preset(("deepseek-v3",), ("b200", "b300"), MBRIDGE_26_06_ON,

@@ -212,23 +212,23 @@ _MBRIDGE_26_02 = Recipe(
 
 _MBRIDGE_25_11 = Recipe(
     # DeepSeek-V3, GB300, 25.11 (1,088, no MTP). The 25.11 table rows carry no recipe flags and
-    # do not match the release recipes (hw §2 caveat 7). Flags below come from the pre-v0.3
-    # Megatron-Bridge perf scripts: scripts/performance/configs/deepseek/
-    # deepseek_workload_base_configs.py (DEEPSEEK_V3_GB300_BASE_CONFIG, the version whose H100
-    # entry, DeepEP + A2A overlap, data/README.md quotes as "the v0.2 recipe") and
-    # deepseek_llm_pretrain.py. That this version is the 25.11 container's is inferred.
+    # do not match the release recipes (hw §2 caveat 7). Flags below come from the Megatron-
+    # Bridge perf scripts whose GB300 entry matches the table (PP2 VP4 EP32 GBS 4096, MTP off):
+    # scripts/performance/configs/deepseek/workload_base_configs.py and
+    # deepseek_llm_pretrain.py @d19cb73.
     name="mbridge-25.11",
     precision="mxfp8",                     # calibration.csv mb2511-dsv3-gb300-256-mxfp8
     dispatcher="hybridep",                 # base config: moe_flex_dispatcher_backend="hybridep"
-    dispatcher_sms=32,                     # not in the config: assumed as in 26.02 (§4.2)
+    dispatcher_sms=32,                     # perf overrides: moe_hybridep_num_sms=32
     cuda_graphs="partial",                 # base config: transformer_engine, scope attn,
                                            # moe_router, moe_preprocess
     a2a_overlap=False,                     # base config: moe_a2a_overlap=False
-    shared_expert_overlap=True,            # §4.5: Bridge DSv3 provider default
+    shared_expert_overlap=False,           # a flex dispatcher forces it off
+                                           # (flex_dispatcher_backend.py)
     overlap_grad_reduce=True,              # deepseek_llm_pretrain.py: overlap_grad_reduce = True
     overlap_param_gather=False,            # deepseek_llm_pretrain.py: off for fp8_mx ("causes
                                            # NaN grad norm")
-    recompute_modules=("moe_act",),        # base config: recompute_modules=["moe_act"]
+    recompute_modules=(),                  # GB300 base config: recompute_modules=[]
     fp8_attention=False,                   # not enabled in the pre-v0.3 scripts (data table rule)
     expert_capacity_factor=None,           # dropless (force-balanced benchmark routing)
     grad_reduce_dtype_bytes=2,             # deepseek_llm_pretrain.py: grad_reduce_in_fp32 = False
@@ -268,10 +268,14 @@ _RELEASES = (
     # 26.08 keeps 26.06's DSv3 features and adds FP8 output projection (hw §3 row 1), which
     # moesim does not distinguish from the MXFP8 linear layers it already runs in FP8.
     replace(_MBRIDGE_26_06, name="mbridge-26.08"),
-    # 25.09: first Megatron-Bridge tables; DSv3 H100 flags come per row (data table row 25.09);
-    # BF16 gradient reduction and precision-aware optimizer as in the later DSv3 recipes.
-    replace(_MBRIDGE_25_11, name="mbridge-25.09", cuda_graphs="none",
-            recompute_modules=("mla_up_proj", "mlp")),
+    # 25.09: first Megatron-Bridge tables (scripts/performance/configs/deepseek/
+    # deepseek_v3_llm_pretrain.py @58fa56a3): GB200 and B200 ran the NCCL all-to-all with token
+    # drop (the rows' routing column), recompute of the MLA up-projections, no A2A overlap,
+    # the alltoall provider's shared-expert overlap; DSv3 H100 flags come per row (data table
+    # row 25.09); BF16 gradient reduction and precision-aware optimizer as in the later DSv3
+    # recipes.
+    replace(_MBRIDGE_25_11, name="mbridge-25.09", dispatcher="alltoall", dispatcher_sms=0,
+            cuda_graphs="none", shared_expert_overlap=True, recompute_modules=("mla_up_proj",)),
     # GB200 guide baseline (hw §3, data/README.md "Other sources"): alltoall dispatcher, no
     # graphs, no 1F1B A2A overlap, FP8 param-gather, BF16 Adam moments; steps override flags.
     # Its kernel-level features start off; GB200_GUIDE_STEPS turns them on step by step.

@@ -368,7 +368,8 @@ class _Step:
                                       self.expert_routing)
         if collective is None:
             return after[0]
-        host_sync = sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
+        host_sync = (sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
+                     and self.recipe.expert_capacity_factor is None)
         return self.g.add(name, after=after, rank=rank, lane=Lane.EP, category="ep",
                           collective=collective, microbatch=unit.microbatch, chunk=unit.chunk,
                           host_sync=host_sync)
