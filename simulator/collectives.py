@@ -98,14 +98,14 @@ def _rails(parts: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
 
 
 def _all_to_all(group: tuple[int, ...], topology: Topology,
-                expert_routing: tuple[int, int] | None) -> _Pattern:
+                expert_routing: tuple[int, int, int, int] | None) -> _Pattern:
     parts = None if expert_routing is None else _even_domains(group, topology)
     if expert_routing is None or parts is None:
         return _single(tuple((a, b) for a in group for b in group if a != b), 1 / len(group), 1)
-    experts, topk = expert_routing
+    experts, topk, groups, chosen = expert_routing
     d, k = len(parts[0]), len(parts)
-    per_domain = expected_destinations(experts, topk, k) / expected_destinations(
-        experts, topk, k * d)
+    per_domain = (expected_destinations(experts, topk, k, groups, chosen)
+                  / expected_destinations(experts, topk, k * d, groups, chosen))
     inter = tuple((a, b) for rail in _rails(parts) for a in rail for b in rail if a != b)
     intra = tuple((a, b) for part in parts for a in part for b in part if a != b)
     return _Pattern(((inter, per_domain / k), (intra, 1 / d)), 1)
@@ -113,7 +113,7 @@ def _all_to_all(group: tuple[int, ...], topology: Topology,
 
 def _patterns(op: Op, group: tuple[int, ...], topology: Topology, nvls: bool,
               hierarchical: bool = True,
-              expert_routing: tuple[int, int] | None = None) -> list[_Pattern]:
+              expert_routing: tuple[int, int, int, int] | None = None) -> list[_Pattern]:
     n = len(group)
     if op is Op.ALL_TO_ALL:
         return [_all_to_all(group, topology, expert_routing if hierarchical else None)]
@@ -200,7 +200,7 @@ class CollectivePlanner:
         return "nccl" if algorithm == "p2p" else algorithm
 
     def _shape_phases(self, op: Op, groups: tuple[tuple[int, ...], ...], nvls: bool,
-                      expert_routing: tuple[int, int] | None,
+                      expert_routing: tuple[int, int, int, int] | None,
                       ) -> list[tuple[int, tuple[_ShapeClass, ...]]]:
         per_group = [_patterns(op, group, self._topology, nvls, expert_routing=expert_routing)
                      for group in groups]

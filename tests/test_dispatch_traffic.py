@@ -27,7 +27,8 @@ PERFECT = CostParams(comm_efficiency={"hybridep-nvlink": 1.0, "hybridep-network"
                                       "alltoall-nvlink": 1.0, "alltoall-network": 1.0})
 
 
-def _bytes_by_fabric(algorithm: str, routing: tuple[int, int] | None) -> dict[str, set[float]]:
+def _bytes_by_fabric(algorithm: str,
+                     routing: tuple[int, int, int, int] | None) -> dict[str, set[float]]:
     topology = build_topology(load_system("gb300-nvl72"), 8, domain_size=4)
     collective = Collective(op=Op.ALL_TO_ALL, key="ep", bytes_per_rank=B,
                             groups=(tuple(range(8)),), members=(0,), algorithm=algorithm,
@@ -49,9 +50,28 @@ def test_expected_destinations_by_hand():
 
 def test_deduplicating_dispatch_sends_once_per_domain_and_forwards_over_nvlink():
     c_rank, c_domain = 8 * 29 / 120, 2 * 23 / 30
-    sent = _bytes_by_fabric("hybridep", (16, 2))
+    sent = _bytes_by_fabric("hybridep", (16, 2, 1, 1))
     assert sent["network"] == {round(B * c_domain / c_rank / 2)}
     assert sent["nvlink"] == {round(B / 4)}
+
+
+def test_group_limited_routing_by_hand():
+    # 16 experts in 4 groups of 4, a token's 2 experts from 2 chosen groups (pool of 8).
+    # 4 holders = the groups: a holder is hit iff its group is chosen (1/2) and a pick lands
+    # in it: 1 - C(4, 2)/C(8, 2) = 22/28.
+    assert expected_destinations(16, 2, 4, 4, 2) == pytest.approx(4 * 0.5 * 22 / 28)
+    # 2 holders of 2 groups each: j of a holder's groups are chosen with
+    # P(0) = 1/6, P(1) = 4/6, P(2) = 1/6; it is missed with C(8 - 4j, 2)/C(8, 2).
+    miss = 1 / 6 + 4 / 6 * comb(4, 2) / comb(8, 2) + 1 / 6 * 0
+    assert expected_destinations(16, 2, 2, 4, 2) == pytest.approx(2 * (1 - miss))
+    # One group holding everything is no limit at all.
+    assert expected_destinations(16, 2, 8, 1, 1) == pytest.approx(expected_destinations(16, 2, 8))
+
+
+def test_grouped_routing_sends_fewer_tokens_across_domains():
+    limited = _bytes_by_fabric("hybridep", (16, 2, 2, 1))["network"]
+    free = _bytes_by_fabric("hybridep", (16, 2, 1, 1))["network"]
+    assert max(limited) < max(free)
 
 
 def test_nccl_all_to_all_sends_every_pair_its_share():

@@ -221,8 +221,8 @@ def test_extends_cycles_are_one_line_errors(tmp_path: Path, kind: str) -> None:
      ("calibration", "memory_efficiency")),
     ("scenario", "extends: default\ncalibration: {host_launch_s: soon}\n",
      ("host_launch_s='soon'",)),
-    ("scenario", "extends: default\nmodel: {extends: deepseek-v3, num_experts: 100}\n",
-     ("plan", "num_experts=100")),
+    ("scenario", "extends: default\nmodel: {extends: deepseek-v3, num_experts: 120}\n",
+     ("plan", "num_experts=120")),
     ("scenario", "system: gb300-nvl72\nmodel: deepseek-v3\nrecipe: mbridge-26.06\n",
      ("missing key 'plan'",)),
     ("scenario", "system: gb300-nvl72\nmodel: deepseek-v3\nrecipe: mbridge-26.06\n"

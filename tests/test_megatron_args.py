@@ -196,8 +196,8 @@ def test_read_megatron_args_reads_at_files(tmp_path: Path) -> None:
 
 
 def test_an_invalid_combination_is_a_one_line_error_naming_the_field() -> None:
-    with pytest.raises(ValueError, match="megatron args: ep=32: num_experts=100") as error:
-        scenario_from_megatron_args("--num-experts 100", default_scenario())
+    with pytest.raises(ValueError, match="megatron args: ep=32: num_experts=120") as error:
+        scenario_from_megatron_args("--num-experts 120", default_scenario())
     assert "\n" not in str(error.value)
 
 

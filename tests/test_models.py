@@ -78,6 +78,8 @@ BAD_CONFIGS = [
     ("tie_word_embeddings", "no", r"key 'tie_word_embeddings' = 'no' \(str\); expected true"),
     ("model_type", "gpt2", r"key 'model_type' = 'gpt2' \(str\); expected one of deepseek_v3, "
                            r"gpt_oss, kimi_k2, llama, mixtral, qwen3_moe"),
+    ("n_group", 7, r"moe_router_num_groups=7: must be >= 1 and divide num_experts=256"),
+    ("topk_group", 9, r"moe_router_group_topk=9: must be in \[1, moe_router_num_groups=8\]"),
 ]
 
 

@@ -82,7 +82,8 @@ class Collective:
 
     `bytes_per_rank`: for all-to-all the bytes each rank sends in all; for reduce-scatter,
     all-gather and all-reduce the full buffer size on each rank; for send/recv the message.
-    `expert_routing`: (experts, top-k) of an EP all-to-all whose dispatcher sends a token once
+    `expert_routing`: (experts, top-k, groups, chosen groups) of an EP all-to-all whose
+    dispatcher sends a token once
     per destination rank and, to another NVLink domain, once per destination domain, to be
     forwarded over NVLink there (DeepEP internode and HybridEP kernels); None = plain pairwise.
     """
@@ -95,7 +96,7 @@ class Collective:
     algorithm: str
     held_sms: int = 0
     graphed: bool = False
-    expert_routing: tuple[int, int] | None = None
+    expert_routing: tuple[int, int, int, int] | None = None
 
     def __post_init__(self) -> None:
         if self.bytes_per_rank < 0:

@@ -105,6 +105,8 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
         moe_router_topk=c.size("num_experts_per_tok"),
         moe_shared_expert_intermediate_size=c.size("n_shared_experts", 0) * moe_ffn,
         moe_layer_freq=tuple(int(i >= first_dense and i % every == 0) for i in range(layers)),
+        moe_router_num_groups=c.size("n_group", default=1),
+        moe_router_group_topk=c.size("topk_group", default=1),
         mtp_layers=c.size("num_nextn_predict_layers", minimum=0, default=0))
     return fields
 

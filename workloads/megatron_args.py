@@ -171,7 +171,8 @@ _SWITCHES = """--group-query-attention --multi-latent-attention --swiglu
 _FLAGS: dict[str, Parser] = {
     **dict.fromkeys("""--hidden-size --num-layers --ffn-hidden-size --num-attention-heads
         --num-query-groups --kv-channels --q-lora-rank --kv-lora-rank --qk-head-dim --v-head-dim
-        --moe-ffn-hidden-size --moe-router-topk --vocab-size --make-vocab-size-divisible-by
+        --moe-ffn-hidden-size --moe-router-topk --moe-router-num-groups --moe-router-group-topk
+        --vocab-size --make-vocab-size-divisible-by
         --seq-length --tensor-model-parallel-size --pipeline-model-parallel-size
         --num-virtual-stages-per-pipeline-rank --num-layers-per-virtual-pipeline-stage
         --expert-model-parallel-size --expert-tensor-parallel-size --context-parallel-size
@@ -216,6 +217,7 @@ _DEFAULTS: dict[str, Any] = {  # megatron/training/arguments.py; store_true flag
     "--make-vocab-size-divisible-by": 128, "--mtp-num-layers": 0, "--kv-lora-rank": 32,
     "--qk-head-dim": 128, "--qk-pos-emb-head-dim": 64, "--v-head-dim": 128,
     "--num-query-groups": 1, "--num-experts": 0, "--moe-router-topk": 2,
+    "--moe-router-num-groups": 1, "--moe-router-group-topk": 1,
     "--moe-shared-expert-intermediate-size": 0, "--moe-layer-freq": 1,
     "--tensor-model-parallel-size": 1, "--pipeline-model-parallel-size": 1,
     "--expert-model-parallel-size": 1, "--context-parallel-size": 1, "--micro-batch-size": 1,

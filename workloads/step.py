@@ -79,7 +79,7 @@ class _Step:
                                * blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
                                if self.model.is_moe else 0.0)
         self.expert_routing = (None if self.recipe.dispatcher in NCCL_DISPATCHERS
-                               else (self.model.num_experts, self.model.moe_router_topk))
+                               else blk.routing_of(self.model))
         self._parts: dict[tuple[str, int], dict[tuple[int, ...], _Part]] = {}
         self._part_of: dict[tuple[str, int], _Part | None] = {}
         self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
@@ -99,7 +99,8 @@ class _Step:
     # --- groups -------------------------------------------------------------------------
     def _collective(self, op: Op, kind: str, rank: int, key: str, nbytes: float,
                     algorithm: str, held_sms: int = 0,
-                    expert_routing: tuple[int, int] | None = None) -> Collective | None:
+                    expert_routing: tuple[int, int, int, int] | None = None
+                    ) -> Collective | None:
         """The collective of group `kind` for `rank`, or None for a group of one."""
         part = self._part(kind, rank)
         if part is None:
