@@ -175,7 +175,7 @@ class CollectivePlanner:
         self._topology = topology
         self._params = params
         self._cache: dict[tuple[Op, tuple[tuple[int, ...], ...], bool,
-                                tuple[int, int] | None],
+                                tuple[int, int, int, int] | None],
                           list[tuple[int, tuple[_ShapeClass, ...]]]] = {}
 
     def phases(self, collective: Collective, nvls: bool) -> tuple[Phase, ...]:
