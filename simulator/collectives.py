@@ -7,7 +7,7 @@
   the destination ranks; both legs run at once (the kernels pipeline them):
       each rail pair: bytes * (c_domain / c_rank) / k,   each pair inside a domain: bytes / d,
   where c_rank and c_domain are the expected distinct ranks and domains a token's top-k
-  experts live on (uniform routing, workloads.blocks.expected_destinations);
+  experts live on (force-balanced routing, workloads.routing.expected_destinations);
 - send/recv: one flow;
 - reduce-scatter / all-gather: a ring, each member sends (n-1)/n of the buffer to its successor.
   A group that spans NVLink domains with the same number of members in each runs
@@ -30,7 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from topologies.topology import Topology
-from workloads.blocks import expected_destinations
+from workloads.routing import expected_destinations
 from workloads.graph import Collective, Op
 
 from simulator.calibration import CostParams

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from topologies.hardware import GPUSpec
-from workloads.blocks import BF16_BYTES, dispatch_copies_per_token, tokens_per_gpu
+from workloads.blocks import BF16_BYTES, tokens_per_gpu
+from workloads.routing import dispatch_copies_per_token
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan, pipeline_layout
 from workloads.recipes import Recipe

@@ -19,7 +19,7 @@ from simulator.calibration import CostParams
 from simulator.collectives import CollectivePlanner
 from topologies.builders import build_topology
 from topologies.systems import load_system
-from workloads.blocks import expected_destinations
+from workloads.routing import expected_destinations
 from workloads.graph import Collective, Op
 
 B = 1e9

@@ -32,6 +32,7 @@ from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_
                                    stage_of)
 from workloads.position_classes import position_classes
 from workloads.recipes import NCCL_DISPATCHERS, Recipe
+from workloads.routing import dispatch_copies_per_token, routing_of
 from workloads.schedules import Unit, one_f_one_b
 from workloads.step_params import chunk_params, rank_params
 
@@ -76,10 +77,10 @@ class _Step:
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
         self.tokens = blk.tokens_per_gpu(self.plan)
         self.dispatch_bytes = (self.tokens * self.model.hidden_size * blk.BF16_BYTES
-                               * blk.dispatch_copies_per_token(self.model, self.plan, self.recipe)
+                               * dispatch_copies_per_token(self.model, self.plan, self.recipe)
                                if self.model.is_moe else 0.0)
         self.expert_routing = (None if self.recipe.dispatcher in NCCL_DISPATCHERS
-                               else blk.routing_of(self.model))
+                               else routing_of(self.model))
         self._parts: dict[tuple[str, int], dict[tuple[int, ...], _Part]] = {}
         self._part_of: dict[tuple[str, int], _Part | None] = {}
         self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}

@@ -1,0 +1,60 @@
+"""Where a token's copies go under expert parallelism: how many distinct ranks (or NVLink
+domains) hold its top-k experts, which decides what a deduplicating dispatcher (DeepEP,
+HybridEP) sends; NCCL's all-to-all sends one copy per token-expert pair.
+
+The benchmark runs force-balanced routing (random logits through the router's top-k), so a
+token's experts are uniform, within the groups that group-limited routing chose uniformly.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from math import comb
+
+from workloads.models import ModelSpec
+from workloads.parallelism import ParallelPlan
+from workloads.recipes import NCCL_DISPATCHERS, Recipe
+
+
+def expected_destinations(experts: int, topk: int, holders: int, groups: int = 1,
+                          group_topk: int = 1) -> float:
+    """Expected distinct holders (ranks, domains) of a token's top-k experts when `experts`
+    are split evenly over `holders`, the token's experts come from `group_topk` of `groups`
+    equal groups chosen uniformly, and uniformly from within them (force-balanced routing:
+    random logits through the group-limited top-k). Without groups this is
+    holders * (1 - C(E - E/holders, k) / C(E, k)); with them, for each holder, the chance
+    that none of the k picks from the chosen groups' pool P = group_topk * E / groups lands on
+    it, summed over which of the groups it overlaps are chosen:
+
+        P(miss) = sum_T P(chosen ∩ touched = T) * C(P - sum_{i in T} c_i, k) / C(P, k)
+
+    with c_i its experts in group i."""
+    per_group, per_holder = experts // groups, experts // holders
+    pool = group_topk * per_group
+    total = 0.0
+    for holder in range(holders):
+        first, last = holder * per_holder, (holder + 1) * per_holder
+        overlaps = [min(last, (g + 1) * per_group) - max(first, g * per_group)
+                    for g in range(first // per_group, (last - 1) // per_group + 1)]
+        miss = sum(comb(groups - len(overlaps), group_topk - len(chosen))
+                   / comb(groups, group_topk)
+                   * comb(pool - sum(chosen), topk) / comb(pool, topk)
+                   for size in range(len(overlaps) + 1)
+                   for chosen in combinations(overlaps, size))
+        total += 1 - miss
+    return total
+
+
+def routing_of(model: ModelSpec) -> tuple[int, int, int, int]:
+    """(experts, top-k, groups, chosen groups) of the model's router."""
+    return (model.num_experts, model.moe_router_topk, model.moe_router_num_groups,
+            model.moe_router_group_topk)
+
+
+def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
+    """Copies of a token that leave for the experts: top-k per pair with NCCL dispatchers;
+    one per distinct destination rank with DeepEP/HybridEP (force-balanced routing)."""
+    if recipe.dispatcher in NCCL_DISPATCHERS:
+        return float(model.moe_router_topk)
+    experts, topk, groups, chosen = routing_of(model)
+    return expected_destinations(experts, topk, plan.ep, groups, chosen)
