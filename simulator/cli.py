@@ -213,7 +213,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     document = calibration_document(result, parameters, args.csv,
                                     "moesim " + " ".join(sys.argv[1:]) if sys.argv else "")
     write_calibration(args.output, document)
-    print(format_table([{"parameter": key, "value": entry["value"],
+    print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
                          "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
                          "meaning": entry["meaning"]}
                         for key, entry in document["parameters"].items()]))

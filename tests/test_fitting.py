@@ -67,6 +67,21 @@ def test_calibrate_command_writes_a_file_that_run_and_validate_load(tmp_path, ca
     assert main(["run", "--gbs", "256", "--calibration", str(out)]) == 0
 
 
+def test_the_printed_fit_keeps_small_values_significant(tmp_path, capsys):
+    from simulator.cli import main
+    import yaml
+
+    rows_csv = tmp_path / "rows.csv"
+    rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:2]) + "\n")
+    assert main(["calibrate", str(rows_csv), "-o", str(tmp_path / "c.yaml"),
+                 "--max-evaluations", "1", "--parameters", "host_launch_s"]) == 0
+    line = next(line for line in capsys.readouterr().out.splitlines()
+                if line.startswith("host_launch_s"))
+    written = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert float(line.split()[1]) == pytest.approx(
+        written["parameters"]["host_launch_s"]["value"], rel=1e-2)
+
+
 @pytest.mark.parametrize("text, words", [
     ("parameters: 3\n", ["parameters", "mapping"]),
     ("parameters:\n  host_launch_s: {value: fast}\n", ["host_launch_s", "fast"]),
