@@ -177,9 +177,9 @@ def params_with(params: CostParams, key: str, value: float) -> CostParams:
     return replace(params, **change)
 
 
-def load_calibration(path: str | Path, base: CostParams | None = None) -> CostParams:
-    """Cost parameters from a file `moesim calibrate` wrote (its `parameters` mapping of
-    key -> {value, bounds, meaning}) applied on top of `base` (the built-in defaults)."""
+def calibration_entries(path: str | Path) -> dict[str, Any]:
+    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of a file `moesim
+    calibrate` wrote."""
     try:
         document = yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as error:
@@ -189,13 +189,21 @@ def load_calibration(path: str | Path, base: CostParams | None = None) -> CostPa
     if not isinstance(entries, dict):
         raise ValueError(f"calibration {path}: key 'parameters' must be a mapping of "
                          "key -> {value: number}")
+    return {str(key): entry for key, entry in entries.items()}
+
+
+def load_calibration(path: str | Path, base: CostParams | None = None,
+                     field: str = "value") -> CostParams:
+    """Cost parameters from a file `moesim calibrate` wrote, applied on top of `base` (the
+    first-principles values): each entry's fitted `value`, or with field="start" the value
+    that fit began at."""
     params = FIRST_PRINCIPLES if base is None else base
-    for key, entry in entries.items():
-        value = entry.get("value") if isinstance(entry, dict) else None
+    for key, entry in calibration_entries(path).items():
+        value = entry.get(field) if isinstance(entry, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"calibration {path}: parameters.{key}.value={value!r} must be "
+            raise ValueError(f"calibration {path}: parameters.{key}.{field}={value!r} must be "
                              "a number")
-        params = params_with(params, str(key), float(value))
+        params = params_with(params, key, float(value))
     return params
 
 

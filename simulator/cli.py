@@ -46,7 +46,8 @@ from simulator.cli_scenario import add_scenario_flags, scenario_from_args
 from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, result_document, trace_rows
 from simulator.scenario import run_scenario
-from simulator.calibration import DEFAULT_PARAMS, FIRST_PRINCIPLES, load_calibration
+from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, calibration_entries,
+                                   load_calibration)
 from simulator.fitting import DEFAULT_FIT, FitParameter, calibration_document, fit
 from simulator.validation import read_measurements, summarize, validate_rows
 
@@ -163,19 +164,24 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--start", metavar="FILE.yaml",
                            help="start from the values in a file `moesim calibrate` wrote "
                                 "(default: the first-principles values)")
+    calibrate.add_argument("--rerun", metavar="FILE.yaml",
+                           help="fit the parameters of a file `moesim calibrate` wrote, "
+                                "beginning where that fit began (reproduces it with the same "
+                                "rows and --max-evaluations)")
     calibrate.add_argument("--hold-out", metavar="COLUMN=VALUE[,VALUE]",
                            help="leave these rows out of the fit (e.g. gpu=gb300) and report "
                                 "how the fitted parameters predict them")
 
 
-def _fit_parameters(selection: str | None) -> tuple[FitParameter, ...]:
+def _fit_parameters(selection: str | None, option: str = "--parameters"
+                    ) -> tuple[FitParameter, ...]:
     if not selection:
         return DEFAULT_FIT
     known = {p.key: p for p in DEFAULT_FIT}
     keys = [key.strip() for key in selection.split(",") if key.strip()]
     unknown = [key for key in keys if key not in known]
     if unknown or not keys:
-        raise ValueError(f"--parameters {selection!r}: known are {', '.join(known)}")
+        raise ValueError(f"{option} {selection!r}: known are {', '.join(known)}")
     return tuple(known[key] for key in keys)
 
 
@@ -201,13 +207,19 @@ def _split_held_out(rows: list[dict[str, Any]], selection: str | None
 def _calibrate(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.max_evaluations < 1:
         raise ValueError("--jobs and --max-evaluations must be >= 1")
-    parameters = _fit_parameters(args.parameters)
+    if args.rerun and (args.start or args.parameters):
+        raise ValueError(f"--rerun {args.rerun}: takes its parameters and start from the file; "
+                         "leave out --start and --parameters")
+    parameters = (_fit_parameters(",".join(calibration_entries(args.rerun)),
+                                  f"--rerun {args.rerun}: parameters")
+                  if args.rerun else _fit_parameters(args.parameters))
     rows, held = _split_held_out(read_measurements(args.csv), args.hold_out)
 
     def progress(evaluation: int, rms: float) -> None:
         print(f"evaluation {evaluation}: rms log error {rms:.4f}", file=sys.stderr)
 
-    base = load_calibration(args.start) if args.start else FIRST_PRINCIPLES
+    base = (load_calibration(args.rerun, field="start") if args.rerun
+            else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)
     result = fit(rows, parameters, base=base, jobs=args.jobs,
                  max_evaluations=args.max_evaluations, progress=progress)
     document = calibration_document(result, parameters, args.csv,

@@ -82,6 +82,30 @@ def test_the_printed_fit_keeps_small_values_significant(tmp_path, capsys):
         written["parameters"]["host_launch_s"]["value"], rel=1e-2)
 
 
+def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
+    from simulator.cli import main
+    import yaml
+
+    _synthetic_rows(tmp_path)
+    start = tmp_path / "start.yaml"
+    start.write_text("parameters:\n" + "".join(
+        f"  {key}: {{value: {value * 1.1}}}\n" for key, value in TRUE.items()))
+    first, again = tmp_path / "first.yaml", tmp_path / "again.yaml"
+    common = [str(tmp_path / "synthetic.csv"), "--max-evaluations", "4"]
+    assert main(["calibrate", *common, "-o", str(first), "--start", str(start),
+                 "--parameters", ",".join(TRUE)]) == 0
+    assert main(["calibrate", *common, "-o", str(again), "--rerun", str(first)]) == 0
+    capsys.readouterr()
+    fitted, rerun = (yaml.safe_load(path.read_text())["parameters"] for path in (first, again))
+    assert list(rerun) == list(TRUE)
+    for key in TRUE:
+        assert rerun[key]["start"] == pytest.approx(fitted[key]["start"])
+        assert rerun[key]["value"] == pytest.approx(fitted[key]["value"])
+    assert main(["calibrate", *common, "-o", str(again), "--rerun", str(first),
+                 "--start", str(start)]) == 2
+    assert "leave out --start" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("text, words", [
     ("parameters: 3\n", ["parameters", "mapping"]),
     ("parameters:\n  host_launch_s: {value: fast}\n", ["host_launch_s", "fast"]),
