@@ -194,9 +194,9 @@ def calibration_entries(path: str | Path) -> dict[str, Any]:
 
 def load_calibration(path: str | Path, base: CostParams | None = None,
                      field: str = "value") -> CostParams:
-    """Cost parameters from a file `moesim calibrate` wrote, applied on top of `base` (the
-    first-principles values): each entry's fitted `value`, or with field="start" the value
-    that fit began at."""
+    """Cost parameters from a file `moesim calibrate` wrote, applied on top of `base`
+    (default: the first-principles values): each entry's fitted `value`, or with
+    field="start" the value that fit began at."""
     params = FIRST_PRINCIPLES if base is None else base
     for key, entry in calibration_entries(path).items():
         value = entry.get(field) if isinstance(entry, dict) else None
