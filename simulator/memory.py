@@ -129,11 +129,11 @@ def activation_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, stage
 
 
 def buffer_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
-    """EP dispatch/combine send and receive buffers (padded to the capacity factor)."""
+    """EP dispatch/combine send and receive buffers (sized to the larger capacity factor)."""
     if not model.is_moe:
         return 0.0
     copies = dispatch_copies_per_token(model, plan, recipe)
-    factor = recipe.expert_capacity_factor or 1.0
+    factor = max(recipe.expert_capacity_factor or 1.0, recipe.rank_capacity_factor or 1.0)
     return 4 * tokens_per_gpu(plan) * copies * model.hidden_size * BF16_BYTES * factor
 
 

@@ -131,7 +131,7 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
     if changes["precision"] == "bf16":
         changes.update(fp8_attention=False, fp8_param_gather=False)
     if changes.get("cuda_graphs", base.cuda_graphs) != "full":
-        changes["expert_capacity_factor"] = None
+        changes["rank_capacity_factor"] = None
     if row.get("routing") == "tokendrop":
         changes["expert_capacity_factor"] = TOKEN_DROP_CAPACITY_FACTOR
     return recipe_with(base, **changes)

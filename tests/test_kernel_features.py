@@ -10,13 +10,15 @@ import pytest
 from simulator.calibration import DEFAULT_PARAMS, host_params
 from simulator.costs import compute_time_s
 from simulator.fitting import touches
+from simulator.memory import buffer_bytes
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
 from workloads.blocks import attention_blocks, expert_streaming_bytes, moe_blocks
 from workloads.graph import KernelClass, Work
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
-from workloads.recipes import GB200_GUIDE_STEPS, guide_step_recipe, recipe, recipe_with
+from workloads.recipes import (GB200_GUIDE_STEPS, guide_step_recipe, recipe, recipe_with,
+                               static_expert_shapes)
 
 DSV3 = model_spec("deepseek-v3")
 PLAN = ParallelPlan(num_gpus=256, tp=1, pp=8, vpp=4, ep=32, mbs=1, gbs=2048, seq_len=4096)
@@ -203,12 +205,27 @@ def test_streaming_bytes_run_in_series_with_the_gemms(toy_gpu, ideal_params):
 
 
 def test_expert_tasks_carry_their_streaming_bytes_per_padded_pair():
-    capped = recipe("mbridge-26.06")
+    capped = recipe_with(recipe("mbridge-26.06"), expert_capacity_factor=1.25)
     experts = moe_blocks(DSV3, PLAN, capped)["experts"]
-    pairs = PLAN.mbs * PLAN.seq_len * DSV3.moe_router_topk * capped.expert_capacity_factor
+    pairs = PLAN.mbs * PLAN.seq_len * DSV3.moe_router_topk * 1.25
     fwd, bwd = expert_streaming_bytes(DSV3, capped)
     assert experts.forward.streaming_hbm_bytes == pytest.approx(pairs * fwd)
     assert experts.backward.streaming_hbm_bytes == pytest.approx(pairs * bwd)
+
+
+def test_rank_capacity_sizes_buffers_but_the_experts_compute_only_the_received_tokens():
+    sync_free = recipe("mbridge-26.06")
+    assert sync_free.rank_capacity_factor == 1.5 and sync_free.expert_capacity_factor is None
+    padded = recipe_with(sync_free, rank_capacity_factor=None, expert_capacity_factor=1.5)
+    dropless = recipe_with(sync_free, rank_capacity_factor=None)
+    flops = {name: moe_blocks(DSV3, PLAN, r)["experts"].forward.flops
+             for name, r in (("rank", sync_free), ("padded", padded), ("dropless", dropless))}
+    assert flops["rank"] == flops["dropless"] == pytest.approx(flops["padded"] / 1.5)
+    buffers = {name: buffer_bytes(DSV3, PLAN, r)
+               for name, r in (("rank", sync_free), ("padded", padded), ("dropless", dropless))}
+    assert buffers["rank"] == buffers["padded"] == pytest.approx(1.5 * buffers["dropless"])
+    assert static_expert_shapes(sync_free) and static_expert_shapes(padded)
+    assert not static_expert_shapes(dropless)
 
 
 GPT_OSS = model_spec("gpt-oss-120b")

@@ -154,6 +154,7 @@ def test_virtual_pipeline_size_comes_from_any_of_megatrons_three_forms(line: str
     ("--fp4-format e2m1", {"precision": "nvfp4"}),
     ("mixed_precision=bf16_with_mxfp8_mixed", {"precision": "mxfp8"}),
     ("--moe-expert-capacity-factor 1.25", {"expert_capacity_factor": 1.25}),
+    ("--moe-expert-rank-capacity-factor 1.5", {"rank_capacity_factor": 1.5}),
     ("--accumulate-allreduce-grads-in-fp32", {"grad_reduce_dtype_bytes": 4}),
     ("ddp.grad_reduce_in_fp32=false", {"grad_reduce_dtype_bytes": 2}),
     ("--use-precision-aware-optimizer --exp-avg-dtype fp8 --exp-avg-sq-dtype bf16",

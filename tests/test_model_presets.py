@@ -35,14 +35,14 @@ def test_qwen3_on_nvl72_runs_hybridep_with_scoped_graphs_and_no_a2a_overlap():
     qwen = row_recipe(_row("qwen3-30b-a3b", "gb300", "mbridge-26.04", "mxfp8"))
     assert (qwen.dispatcher, qwen.dispatcher_sms, qwen.cuda_graphs) == ("hybridep", 32, "partial")
     assert not qwen.a2a_overlap and not qwen.fp8_attention and qwen.recompute_modules == ()
-    assert qwen.expert_capacity_factor is None and not qwen.fused_grouped_mlp
+    assert qwen.rank_capacity_factor is None and not qwen.fused_grouped_mlp
 
 
 @pytest.mark.parametrize("release", ["mbridge-26.06", "mbridge-26.08"])
 def test_qwen3_mxfp8_on_nvl72_takes_the_full_iteration_stack_from_26_06(release):
     qwen = row_recipe(_row("qwen3-235b-a22b", "gb200", release, "mxfp8"))
     assert (qwen.dispatcher, qwen.cuda_graphs, qwen.a2a_overlap) == ("hybridep", "full", True)
-    assert qwen.fp8_attention and qwen.fused_grouped_mlp and qwen.expert_capacity_factor == 1.5
+    assert qwen.fp8_attention and qwen.fused_grouped_mlp and qwen.rank_capacity_factor == 1.5
     on_b300 = row_recipe(_row("qwen3-30b-a3b", "b300", release, "mxfp8"))
     assert on_b300.cuda_graphs == "partial" and not on_b300.fused_grouped_mlp
 
@@ -57,7 +57,7 @@ def test_gpt_oss_switches_to_the_v2_preset_with_mxfp8_from_26_06():
     assert bf16.dispatcher == "alltoall" and bf16.recompute_modules == ("layernorm", "moe_act")
     mx = row_recipe(_row("gpt-oss-120b", "gb300", "mbridge-26.08", "mxfp8"))
     assert (mx.dispatcher, mx.cuda_graphs, mx.a2a_overlap) == ("hybridep", "full", True)
-    assert mx.expert_capacity_factor == 1.5
+    assert mx.rank_capacity_factor == 1.5 and mx.expert_capacity_factor is None
 
 
 def test_a_rows_own_flags_override_the_preset():

@@ -19,7 +19,7 @@ def test_mbridge_2606_is_the_1648_recipe() -> None:
     assert r.a2a_overlap and not r.shared_expert_overlap
     assert r.overlap_grad_reduce and r.overlap_param_gather
     assert r.recompute_modules == () and r.fp8_attention
-    assert r.expert_capacity_factor == 1.5
+    assert r.rank_capacity_factor == 1.5 and r.expert_capacity_factor is None
     assert (r.grad_reduce_dtype_bytes, r.optimizer_state_bytes_per_param) == (2, 8.0)
     assert not r.nccl_nvls and not r.fp8_param_gather
 
@@ -30,7 +30,7 @@ def test_mbridge_2602_and_2604_match_the_data_table() -> None:
         r = recipe(name)
         assert r.recompute_modules == ("mla_up_proj",)
         assert (r.dispatcher, r.cuda_graphs) == ("hybridep", "none")
-        assert not r.a2a_overlap and not r.fp8_attention and r.expert_capacity_factor is None
+        assert not r.a2a_overlap and not r.fp8_attention and r.rank_capacity_factor is None
 
 
 def test_unknown_recipe_lists_known_names() -> None:

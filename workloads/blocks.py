@@ -6,9 +6,14 @@ and the token-wise kernels; balanced experts give every GPU T * top-k token-expe
 Backward GEMMs cost 2x forward (data and weight gradients); fused attention backward costs
 2.5x forward (it recomputes the scores). Router, permutation, norms and quantisation are
 executed work that model FLOPs do not credit; so are recompute and capacity padding (with an
-expert capacity factor the grouped GEMMs run on buffers padded to factor x the balanced load,
-the static shapes a full-iteration CUDA graph needs), and the memory-bound kernels around the
-experts' GEMMs (activation, quantisation, bias), whose bytes run in series with them.
+expert capacity factor each expert's input is padded to factor x the balanced load and the
+grouped GEMMs run on the padded rows), and the memory-bound kernels around the experts' GEMMs
+(activation, quantisation, bias), whose bytes run in series with them. HybridEP's expert-rank
+capacity only sizes the buffers (the static shapes a full-iteration CUDA graph needs): the
+grouped kernels read the per-expert token counts on the device and leave the buffer's unused
+rows alone (Megatron-LM docs/user-guide/features/paged_stash.md, "sync-free" experts;
+TransformerEngine tests/pytorch/mxfp8/test_mxfp8_group_quantize_graph_safe.py, where a
+buffer of M rows holding M/2 tokens is quantised as its M/2).
 """
 
 from __future__ import annotations

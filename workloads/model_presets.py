@@ -94,10 +94,10 @@ PRESETS: tuple[Preset, ...] = (
     # op fuser's fused grouped MLP, HybridEP.
     _preset(QWEN3, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",),
             cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
-            expert_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
+            rank_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
     # GPT-OSS: alltoall; graphs (TE-scoped) on GB300/B300, recompute of layernorm and MoE
     # activation elsewhere; the 26.06+ MXFP8 V2 presets on GB200/GB300: HybridEP, one graph
-    # for the whole iteration (expert padding 1.5), A2A overlap, FP8 attention, the fused
+    # for the whole iteration (expert-rank capacity 1.5), A2A overlap, FP8 attention, the fused
     # grouped MLP (gpt_oss workload configs @07eea52d, PR 4173; 26.08 perf_recipes
     # gpt_oss/gb200 @0ae56a74).
     _preset(GPT_OSS, ("gb300", "b300"), MBRIDGE_25_11 + MBRIDGE_26, cuda_graphs="partial"),
@@ -105,7 +105,7 @@ PRESETS: tuple[Preset, ...] = (
             recompute_modules=("layernorm", "moe_act")),
     _preset(GPT_OSS, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",),
             cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
-            expert_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
+            rank_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
     # Llama 3: 70B FSDP runs offload activations of some layers to the host (cpu_offloading_
     # num_layers: GB200 FP8-CS 40, BF16 20; GB300 FP8-CS 20, BF16 30; B200 FP8-CS 5) and keep the
     # cuDNN LayerNorm env on GB200/GB300 (70B BF16/FP8-CS, 405B FP8-CS).

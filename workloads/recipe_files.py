@@ -172,15 +172,13 @@ def _recompute(flags: FlagValues) -> dict[str, Any]:
 
 
 def _capacity(flags: FlagValues) -> dict[str, Any]:
-    """Per expert (--moe-expert-capacity-factor) or per EP rank (HybridEP's rank factor)."""
-    expert = flags.setting("--moe-expert-capacity-factor")
-    rank = flags.setting("--moe-expert-rank-capacity-factor")
-    if expert not in (UNSET, None) and rank not in (UNSET, None):
-        raise ValueError(f"{flags.written['--moe-expert-capacity-factor']} and "
-                         f"{flags.written['--moe-expert-rank-capacity-factor']}: moesim models "
-                         f"one capacity factor; give one")
-    value = rank if rank not in (UNSET, None) or expert is UNSET else expert
-    return {} if value is UNSET else {"expert_capacity_factor": value}
+    """Per expert (--moe-expert-capacity-factor, inputs padded to it) and per EP rank
+    (HybridEP's --moe-expert-rank-capacity-factor, a buffer budget)."""
+    return {field: value for flag, field in (("--moe-expert-capacity-factor",
+                                              "expert_capacity_factor"),
+                                             ("--moe-expert-rank-capacity-factor",
+                                              "rank_capacity_factor"))
+            if (value := flags.setting(flag)) is not UNSET}
 
 
 def _grad_reduce(flags: FlagValues) -> dict[str, Any]:

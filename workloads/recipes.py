@@ -35,8 +35,13 @@ class Recipe:
     cuda_graphs: "partial" = TE-scoped per-layer graphs, "full" = full-iteration graph.
     a2a_overlap: 1F1B EP all-to-all overlap (with delayed wgrad), §4.6.
     recompute_modules: selective recompute modules (§4.9), ("full",) or () for none.
-    expert_capacity_factor: None = dropless; else tokens per expert (or, with HybridEP, per EP
-    rank: moe_expert_rank_capacity_factor) are padded to this factor x the balanced load.
+    expert_capacity_factor: None = dropless; else each expert's input is padded to this factor x
+        the balanced load (--moe-expert-capacity-factor with --moe-pad-expert-input-to-capacity):
+        the grouped GEMMs run on the padded rows.
+    rank_capacity_factor: HybridEP's per-EP-rank budget (--moe-expert-rank-capacity-factor):
+        dispatch and grouped-expert buffers sized to this factor x the balanced load, for static
+        shapes; the experts compute only the tokens received (the grouped kernels read the
+        per-expert counts on the device and skip the rest of the buffer).
     grad_reduce_dtype_bytes: bytes per gradient element in the grad buffer and its reduction.
     fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
     optimizer_state_bytes_per_param: main params + both Adam moments (see module docstring).
@@ -80,6 +85,7 @@ class Recipe:
     recompute_modules: tuple[str, ...] = ()
     fp8_attention: bool = False
     expert_capacity_factor: float | None = None
+    rank_capacity_factor: float | None = None
     grad_reduce_dtype_bytes: int = 4
     fp8_param_gather: bool = False
     optimizer_state_bytes_per_param: float = 12.0
@@ -107,6 +113,12 @@ class Recipe:
         _check_compatibility(self)
 
 
+def static_expert_shapes(r: Recipe) -> bool:
+    """Whether the experts' buffers have fixed sizes (a capacity factor of either kind), so no
+    host sync reads the received token counts."""
+    return r.expert_capacity_factor is not None or r.rank_capacity_factor is not None
+
+
 def _check_dispatcher_sms(r: Recipe) -> None:
     if r.dispatcher in NCCL_DISPATCHERS and r.dispatcher_sms != 0:
         raise ValueError(f"dispatcher_sms={r.dispatcher_sms}: must be 0 for the NCCL "
@@ -128,9 +140,9 @@ def _check_recompute(modules: tuple[str, ...]) -> None:
 
 
 def _check_numbers(r: Recipe) -> None:
-    if r.expert_capacity_factor is not None and r.expert_capacity_factor <= 0:
-        raise ValueError(f"expert_capacity_factor={r.expert_capacity_factor}: must be None "
-                         f"(dropless) or > 0")
+    for name in ("expert_capacity_factor", "rank_capacity_factor"):
+        if getattr(r, name) is not None and getattr(r, name) <= 0:
+            raise ValueError(f"{name}={getattr(r, name)}: must be None (dropless) or > 0")
     if r.grad_reduce_dtype_bytes not in (2, 4):
         raise ValueError(f"grad_reduce_dtype_bytes={r.grad_reduce_dtype_bytes}: must be 2 (bf16) "
                          f"or 4 (fp32)")
@@ -174,7 +186,7 @@ _MBRIDGE_26_06 = Recipe(
     overlap_param_gather=True,             # §4.13: overlap_param_gather
     recompute_modules=(),                  # §4.13: recompute_modules=[]
     fp8_attention=True,                    # §4.13: fp8_dot_product_attention=True
-    expert_capacity_factor=1.5,            # §4.13: moe_expert_rank_capacity_factor=1.5 (padded)
+    rank_capacity_factor=1.5,              # §4.13: moe_expert_rank_capacity_factor=1.5
     grad_reduce_dtype_bytes=2,             # §4.13: BF16 grad reduce (grad_reduce_in_fp32=False)
     fp8_param_gather=False,                # §4.10: not used with MXFP8
     optimizer_state_bytes_per_param=8.0,   # §4.13: FP32 main params + BF16 moments

@@ -31,7 +31,7 @@ from workloads.models import ModelSpec
 from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_layout,
                                    stage_of)
 from workloads.position_classes import position_classes
-from workloads.recipes import NCCL_DISPATCHERS, Recipe
+from workloads.recipes import NCCL_DISPATCHERS, Recipe, static_expert_shapes
 from workloads.routing import dispatch_copies_per_token, routing_of
 from workloads.schedules import Unit, one_f_one_b
 from workloads.step_params import chunk_params, rank_params
@@ -371,7 +371,7 @@ class _Step:
         if collective is None:
             return after[0]
         host_sync = (sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
-                     and self.recipe.expert_capacity_factor is None)
+                     and not static_expert_shapes(self.recipe))
         return self.g.add(name, after=after, rank=rank, lane=Lane.EP, category="ep",
                           collective=collective, microbatch=unit.microbatch, chunk=unit.chunk,
                           host_sync=host_sync)
