@@ -153,7 +153,8 @@ def test_virtual_pipeline_size_comes_from_any_of_megatrons_three_forms(line: str
     ("--fp8-format e4m3 --fp8-recipe blockwise", {"precision": "fp8-blockwise"}),
     ("--fp4-format e2m1", {"precision": "nvfp4"}),
     ("mixed_precision=bf16_with_mxfp8_mixed", {"precision": "mxfp8"}),
-    ("--moe-expert-capacity-factor 1.25", {"expert_capacity_factor": 1.25}),
+    ("--moe-expert-capacity-factor 1.25 --moe-pad-expert-input-to-capacity",
+     {"expert_capacity_factor": 1.25}),
     ("--moe-expert-rank-capacity-factor 1.5", {"rank_capacity_factor": 1.5}),
     ("--accumulate-allreduce-grads-in-fp32", {"grad_reduce_dtype_bytes": 4}),
     ("ddp.grad_reduce_in_fp32=false", {"grad_reduce_dtype_bytes": 2}),
@@ -163,6 +164,19 @@ def test_virtual_pipeline_size_comes_from_any_of_megatrons_three_forms(line: str
 ])
 def test_recipe_flags_follow_megatrons_rules(line: str, fields_: dict[str, object]) -> None:
     assert parse_megatron_args(line).recipe_fields == fields_
+
+
+@pytest.mark.parametrize(("factor", "said"), [
+    ("1.25", "no token is dropped under balanced routing"),
+    ("0.8", "the 20% of tokens it would drop are not modelled"),
+])
+def test_a_capacity_factor_without_padding_is_dropless_and_says_why(factor: str,
+                                                                    said: str) -> None:
+    imported = parse_megatron_args(f"--moe-expert-capacity-factor {factor} "
+                                   f"--moe-expert-rank-capacity-factor 1.5")
+    assert imported.recipe_fields == {"expert_capacity_factor": None,
+                                      "rank_capacity_factor": 1.5}
+    assert any(said in note and "simulated as dropless" in note for note in imported.notes)
 
 
 def test_dependent_flags_without_their_primary_are_listed_with_the_reason() -> None:

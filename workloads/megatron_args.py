@@ -167,7 +167,7 @@ _SWITCHES = """--group-query-attention --multi-latent-attention --swiglu
     --grad-reduce-in-bf16 --grad-reduce-in-fp32 --accumulate-allreduce-grads-in-fp32
     --use-precision-aware-optimizer --qk-layernorm --disable-bias-linear --add-bias-linear
     --moe-router-fusion --moe-permute-fusion NCCL_NVLS_ENABLE NVTE_NORM_FWD_USE_CUDNN
-    --cpu-offloading --use-transformer-engine-op-fuser""".split()
+    --cpu-offloading --use-transformer-engine-op-fuser --moe-pad-expert-input-to-capacity""".split()
 _FLAGS: dict[str, Parser] = {
     **dict.fromkeys("""--hidden-size --num-layers --ffn-hidden-size --num-attention-heads
         --num-query-groups --kv-channels --q-lora-rank --kv-lora-rank --qk-head-dim --v-head-dim

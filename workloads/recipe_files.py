@@ -172,13 +172,26 @@ def _recompute(flags: FlagValues) -> dict[str, Any]:
 
 
 def _capacity(flags: FlagValues) -> dict[str, Any]:
-    """Per expert (--moe-expert-capacity-factor, inputs padded to it) and per EP rank
-    (HybridEP's --moe-expert-rank-capacity-factor, a buffer budget)."""
-    return {field: value for flag, field in (("--moe-expert-capacity-factor",
-                                              "expert_capacity_factor"),
-                                             ("--moe-expert-rank-capacity-factor",
-                                              "rank_capacity_factor"))
-            if (value := flags.setting(flag)) is not UNSET}
+    """Per EP rank (HybridEP's --moe-expert-rank-capacity-factor, a buffer budget) and per
+    expert (--moe-expert-capacity-factor): padded work only with
+    --moe-pad-expert-input-to-capacity; without it Megatron drops the tokens over capacity and
+    keeps dynamic shapes, which under balanced routing is dropless at any factor >= 1."""
+    result: dict[str, Any] = {}
+    rank = flags.setting("--moe-expert-rank-capacity-factor")
+    if rank is not UNSET:
+        result["rank_capacity_factor"] = rank
+    expert = flags.setting("--moe-expert-capacity-factor")
+    if expert is UNSET:
+        return result
+    if expert is not None and not flags.get("--moe-pad-expert-input-to-capacity"):
+        dropped = ("no token is dropped under balanced routing" if expert >= 1 else
+                   f"the {1 - expert:.0%} of tokens it would drop are not modelled")
+        flags.notes.append(f"{flags.written['--moe-expert-capacity-factor']} without "
+                           f"--moe-pad-expert-input-to-capacity: {dropped}; simulated as "
+                           f"dropless")
+        expert = None
+    result["expert_capacity_factor"] = expert
+    return result
 
 
 def _grad_reduce(flags: FlagValues) -> dict[str, Any]:
