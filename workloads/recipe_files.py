@@ -181,6 +181,8 @@ def _capacity(flags: FlagValues) -> dict[str, Any]:
     if rank is not UNSET:
         result["rank_capacity_factor"] = rank
     expert = flags.setting("--moe-expert-capacity-factor")
+    if expert in (UNSET, None):
+        flags.ignore("needs --moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity")
     if expert is UNSET:
         return result
     if expert is not None and not flags.get("--moe-pad-expert-input-to-capacity"):
