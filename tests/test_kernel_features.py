@@ -218,11 +218,11 @@ def test_rank_capacity_sizes_buffers_but_the_experts_compute_only_the_received_t
     assert sync_free.rank_capacity_factor == 1.5 and sync_free.expert_capacity_factor is None
     padded = recipe_with(sync_free, rank_capacity_factor=None, expert_capacity_factor=1.5)
     dropless = recipe_with(sync_free, rank_capacity_factor=None)
+    recipes = {"rank": sync_free, "padded": padded, "dropless": dropless}
     flops = {name: moe_blocks(DSV3, PLAN, r)["experts"].forward.flops
-             for name, r in (("rank", sync_free), ("padded", padded), ("dropless", dropless))}
+             for name, r in recipes.items()}
     assert flops["rank"] == flops["dropless"] == pytest.approx(flops["padded"] / 1.5)
-    buffers = {name: buffer_bytes(DSV3, PLAN, r)
-               for name, r in (("rank", sync_free), ("padded", padded), ("dropless", dropless))}
+    buffers = {name: buffer_bytes(DSV3, PLAN, r) for name, r in recipes.items()}
     assert buffers["rank"] == buffers["padded"] == pytest.approx(1.5 * buffers["dropless"])
     assert static_expert_shapes(sync_free) and static_expert_shapes(padded)
     assert not static_expert_shapes(dropless)

@@ -177,6 +177,9 @@ def test_a_capacity_factor_without_padding_is_dropless_and_says_why(factor: str,
     assert imported.recipe_fields == {"expert_capacity_factor": None,
                                       "rank_capacity_factor": 1.5}
     assert any(said in note and "simulated as dropless" in note for note in imported.notes)
+
+
+def test_padding_without_a_capacity_factor_is_listed_as_ignored() -> None:
     alone = parse_megatron_args("--moe-pad-expert-input-to-capacity")
     assert alone.recipe_fields == {} and alone.ignored == (
         "--moe-pad-expert-input-to-capacity (needs --moe-expert-capacity-factor)",)

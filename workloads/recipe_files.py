@@ -183,16 +183,15 @@ def _capacity(flags: FlagValues) -> dict[str, Any]:
     expert = flags.setting("--moe-expert-capacity-factor")
     if expert in (UNSET, None):
         flags.ignore("needs --moe-expert-capacity-factor", "--moe-pad-expert-input-to-capacity")
-    if expert is UNSET:
-        return result
-    if expert is not None and not flags.get("--moe-pad-expert-input-to-capacity"):
+    elif not flags.get("--moe-pad-expert-input-to-capacity"):
         dropped = ("no token is dropped under balanced routing" if expert >= 1 else
                    f"the {1 - expert:.0%} of tokens it would drop are not modelled")
         flags.notes.append(f"{flags.written['--moe-expert-capacity-factor']} without "
                            f"--moe-pad-expert-input-to-capacity: {dropped}; simulated as "
                            f"dropless")
         expert = None
-    result["expert_capacity_factor"] = expert
+    if expert is not UNSET:
+        result["expert_capacity_factor"] = expert
     return result
 
 
