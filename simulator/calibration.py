@@ -56,11 +56,6 @@ class CostParams:
     memory_efficiency: float = 0.80
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
     host_launch_s: float = 8e-6
-    # CPU time of one more kernel launched from inside a C++ op (TE's grouped GEMM and
-    # quantisation loop over the local experts in C++): the driver's share of a launch alone.
-    # Statically compiled C launches a kernel in 4.90 us of CPU, mostly in libcuda
-    # (JuliaGPU/CUDAdrv.jl PR #15, launch-overhead benchmark).
-    driver_launch_s: float = 5e-6
     # How many times as long the router's permutation and the unpermute take without TE's
     # fused permute kernel ("up to 10x" unit speed-up, TE PR 1927; GB200 guide §2.1.1).
     unfused_permute_slowdown: float = 10.0
@@ -116,8 +111,7 @@ class CostParams:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         if not 0 <= self.gpu_speed_cv < 0.2:
             raise ValueError(f"gpu_speed_cv={self.gpu_speed_cv}: must be in [0, 0.2)")
-        for name in ("host_launch_s", "driver_launch_s", "kernel_gap_s",
-                     "graphed_kernel_gap_s"):
+        for name in ("host_launch_s", "kernel_gap_s", "graphed_kernel_gap_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 0")
 
@@ -140,14 +134,13 @@ class CostParams:
 
 
 def host_params(params: CostParams, numa_bound: bool, host_cpu: str = "x86") -> CostParams:
-    """`params` as a rank's CPU sees them: `host_launch_s` and `driver_launch_s` are an x86
-    host's; launches take longer on a Grace host and when the rank is not NUMA-bound."""
+    """`params` as a rank's CPU sees them: `host_launch_s` is an x86 host's; launches take
+    longer on a Grace host and when the rank is not NUMA-bound."""
     slowdown = ((1.0 if numa_bound else params.unbound_host_slowdown)
                 * (params.grace_host_slowdown if host_cpu == "grace" else 1.0))
     if slowdown == 1.0:
         return params
-    return replace(params, host_launch_s=params.host_launch_s * slowdown,
-                   driver_launch_s=params.driver_launch_s * slowdown)
+    return replace(params, host_launch_s=params.host_launch_s * slowdown)
 
 
 FIRST_PRINCIPLES = CostParams()

@@ -64,11 +64,6 @@ def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
             + work.kernels * gap_s)
 
 
-def host_issue_s(kernels: int, graphed: bool, params: CostParams,
-                 driver_kernels: int = 0) -> float:
-    """CPU seconds to launch a task's kernels: a framework op each, a driver launch each for
-    the `driver_kernels` a C++ op loops over; a captured graph replays without the host."""
-    if graphed:
-        return 0.0
-    return ((kernels - driver_kernels) * params.host_launch_s
-            + driver_kernels * params.driver_launch_s)
+def host_issue_s(kernels: int, graphed: bool, params: CostParams) -> float:
+    """CPU seconds to launch a task's kernels; a captured graph replays without the host."""
+    return 0.0 if graphed else kernels * params.host_launch_s

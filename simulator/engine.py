@@ -156,8 +156,7 @@ class _Replay:
         """The CPU of one rank: launches tasks in program order, waits at host syncs."""
         for task in tasks:
             if task.work is not None:
-                issue_s = host_issue_s(task.work.kernels, task.work.graphed, self.params,
-                                       task.work.driver_kernels)
+                issue_s = host_issue_s(task.work.kernels, task.work.graphed, self.params)
             else:
                 assert task.collective is not None
                 issue_s = host_issue_s(COLLECTIVE_HOST_KERNELS, task.collective.graphed,

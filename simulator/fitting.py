@@ -76,9 +76,6 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="host_launch_s", lower=2e-6, upper=60e-6,
                  meaning="CPU seconds to launch one eager kernel from an x86 host "
                          "(framework + driver)"),
-    FitParameter(key="driver_launch_s", lower=1e-6, upper=60e-6,
-                 meaning="CPU seconds of one more kernel that a C++ op launches in a loop "
-                         "(per-expert GEMMs, quantisations, swizzles) on an x86 host"),
     FitParameter(key="comm_efficiency.hybridep-nvlink", lower=0.2, upper=1.0,
                  meaning="share of NVLink line rate that HybridEP dispatch/combine reach"),
     FitParameter(key="comm_efficiency.deepep-nvlink", lower=0.1, upper=1.0,
@@ -129,9 +126,6 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         return not recipe.host_numa_bound
     if name == "grace_host_slowdown":
         return gpu.host_cpu == "grace"
-    if name == "driver_launch_s":
-        return (scenario.model.is_moe and not fuses_grouped_mlp(recipe)
-                and recipe.cuda_graphs != "full")
     if name == "unfused_permute_slowdown":
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from simulator.calibration import DEFAULT_PARAMS, host_params
-from simulator.costs import compute_time_s, host_issue_s
+from simulator.costs import compute_time_s
 from simulator.fitting import touches
 from simulator.memory import buffer_bytes
 from simulator.validation import row_recipe
@@ -45,37 +45,6 @@ def test_expert_launches_grow_with_local_experts_and_shrink_with_fusions():
     assert _kernels("experts", fused) < _kernels("experts", base)
     assert (_kernels("experts", recipe_with(base, precision="bf16", fp8_param_gather=False))
             < _kernels("experts", fused))
-
-
-def _framework_ops(work):
-    return work.kernels - work.driver_kernels
-
-
-def test_per_expert_launches_are_driver_launches_inside_one_grouped_call():
-    base = guide_step_recipe(0)
-    ep64 = replace(PLAN, num_gpus=512, ep=64)
-    for recipe_ in (base, recipe_with(base, precision="bf16", fp8_param_gather=False)):
-        wide, narrow = (moe_blocks(DSV3, plan, recipe_)["experts"] for plan in (PLAN, ep64))
-        for a, b in ((wide.forward, narrow.forward), (wide.backward, narrow.backward)):
-            assert _framework_ops(a) == _framework_ops(b)
-            assert a.driver_kernels > b.driver_kernels > 0
-    fused = moe_blocks(DSV3, PLAN, recipe_with(guide_step_recipe(12), fused_grouped_mlp=True))
-    assert fused["experts"].forward.driver_kernels == 0
-    assert moe_blocks(DSV3, PLAN, base)["router"].forward.driver_kernels == 0
-
-
-def test_a_driver_launch_costs_the_host_driver_launch_s_and_slows_like_a_framework_op():
-    params = replace(DEFAULT_PARAMS, host_launch_s=30e-6, driver_launch_s=4e-6)
-    assert host_issue_s(10, False, params, driver_kernels=6) == pytest.approx(
-        4 * 30e-6 + 6 * 4e-6)
-    assert host_issue_s(10, True, params, driver_kernels=6) == 0.0
-    grace = host_params(params, numa_bound=True, host_cpu="grace")
-    assert grace.driver_launch_s == pytest.approx(4e-6 * params.grace_host_slowdown)
-    with pytest.raises(ValueError, match="driver_kernels=11 must be in \\[0, kernels=10\\]"):
-        Work(flops=0.0, hbm_bytes=0.0, kernel_class=KernelClass.MEMORY, precision="bf16",
-             kernels=10, graphed=False, driver_kernels=11)
-    with pytest.raises(ValueError, match="driver_launch_s=-1e-06: must be >= 0"):
-        replace(DEFAULT_PARAMS, driver_launch_s=-1e-6)
 
 
 def test_unfused_permute_is_its_own_kernel_class_and_slower():
@@ -168,9 +137,6 @@ def test_touches_skips_rows_a_parameter_cannot_change():
         gb300, recipe=recipe_with(gb300.recipe, dispatcher="alltoall", dispatcher_sms=0)),
         DEFAULT_PARAMS)
     assert not touches("comm_efficiency.alltoall-nvlink", gb300, DEFAULT_PARAMS)
-    assert not touches("driver_launch_s", gb300, DEFAULT_PARAMS)
-    assert touches("driver_launch_s", replace(gb300, recipe=guide_step_recipe(0)),
-                   DEFAULT_PARAMS)
 
 
 def test_fused_grouped_mlp_launches_six_kernels_whatever_the_local_experts():

@@ -53,11 +53,7 @@ ROUTER_KERNELS_UNFUSED, ROUTER_KERNELS_FUSED, FLEX_PREPROCESS_SAVED_KERNELS = 72
 # (forward, backward): fc1 and fc2 GEMMs plus their input quantisation (4, 8); without pooled
 # scale buffers, a torch.zeros per row- and column-wise scale of each quantised input
 # (+4, +8; guide §2.1.2); without the fused swizzle, a swizzle per scale tensor (+4, +8;
-# guide §2.1.3). BF16 experts: the GEMMs alone (2, 4). TE's GroupedLinear makes one C++ call
-# per GEMM and per quantisation for all local experts (`general_grouped_gemm` launches every
-# expert's swizzles and GEMMs, `split_quantize` every expert's quantisation and its scales;
-# transformer_engine/pytorch/module/grouped_linear.py): one expert's count of those are
-# framework ops, the rest Work.driver_kernels.
+# guide §2.1.3). BF16 experts: the GEMMs alone (2, 4).
 EXPERT_GEMM_KERNELS = {"bf16": (2, 4), "quantised": (4, 8)}
 EXPERT_SCALE_ALLOC_KERNELS = (4, 8)
 EXPERT_SWIZZLE_KERNELS = (4, 8)
@@ -149,25 +145,22 @@ def activation_bytes(model: ModelSpec) -> tuple[int, int]:
     return ACTIVATION_FWD_BYTES, ACTIVATION_BWD_BYTES
 
 
-def _expert_kernels(model: ModelSpec, plan: ParallelPlan,
-                    recipe: Recipe) -> tuple[tuple[int, int], tuple[int, int]]:
-    """Kernels of the routed experts (forward, backward), and of those the driver launches
-    that TE's grouped C++ calls loop over (forward, backward)."""
+def _expert_kernels(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> tuple[int, int]:
     if fuses_grouped_mlp(recipe):
-        return FUSED_GROUPED_MLP_KERNELS, (0, 0)
+        return FUSED_GROUPED_MLP_KERNELS
     local_experts = max(1, model.num_experts // plan.ep)
     base_fwd, base_bwd = KERNELS["experts"]
     if model.linear_bias:
         base_fwd, base_bwd = base_fwd + 2 * local_experts + 1, base_bwd + local_experts
-    calls = EXPERT_GEMM_KERNELS["bf16" if recipe.precision == "bf16" else "quantised"]
-    per_fwd, per_bwd = calls
-    if recipe.precision != "bf16":
+    if recipe.precision == "bf16":
+        per_fwd, per_bwd = EXPERT_GEMM_KERNELS["bf16"]
+    else:
+        per_fwd, per_bwd = EXPERT_GEMM_KERNELS["quantised"]
         for fused, extra in ((recipe.quant_alloc_fusion, EXPERT_SCALE_ALLOC_KERNELS),
                              (recipe.swizzle_fusion, EXPERT_SWIZZLE_KERNELS)):
             if not fused:
                 per_fwd, per_bwd = per_fwd + extra[0], per_bwd + extra[1]
-    kernels = (base_fwd + local_experts * per_fwd, base_bwd + local_experts * per_bwd)
-    return kernels, (local_experts * per_fwd - calls[0], local_experts * per_bwd - calls[1])
+    return base_fwd + local_experts * per_fwd, base_bwd + local_experts * per_bwd
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,17 +189,15 @@ def _graphed(block: str, recipe: Recipe) -> bool:
 def _gemm(block: str, fwd_flops: float, hbm_bytes: float, precision: str, recipe: Recipe,
           kernel_class: KernelClass = KernelClass.GEMM,
           backward_factor: float = BACKWARD_GEMM_FACTOR,
-          kernels: tuple[int, int] | None = None,
-          driver_kernels: tuple[int, int] = (0, 0)) -> BlockWork:
+          kernels: tuple[int, int] | None = None) -> BlockWork:
     fwd_kernels, bwd_kernels = kernels or KERNELS[block]
     graphed = _graphed(block, recipe)
     pdl = recipe.pdl and block in PDL_BLOCKS and precision != "bf16"
     forward = Work(flops=fwd_flops, hbm_bytes=hbm_bytes, kernel_class=kernel_class,
-                   precision=precision, kernels=fwd_kernels, graphed=graphed, pdl=pdl,
-                   driver_kernels=driver_kernels[0])
+                   precision=precision, kernels=fwd_kernels, graphed=graphed, pdl=pdl)
     backward = Work(flops=fwd_flops * backward_factor, hbm_bytes=2 * hbm_bytes,
                     kernel_class=kernel_class, precision=precision, kernels=bwd_kernels,
-                    graphed=graphed, pdl=pdl, driver_kernels=driver_kernels[1])
+                    graphed=graphed, pdl=pdl)
     return BlockWork(forward=forward, backward=backward)
 
 
@@ -279,12 +270,11 @@ def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str
                    kernels=_router_kernels(recipe))
     unpermute = _gemm("unpermute", 0.0, 2 * pairs * h * BF16_BYTES, "bf16", recipe,
                       KernelClass.MEMORY if recipe.permute_fusion else permute)
-    expert_kernels, expert_driver_kernels = _expert_kernels(model, plan, recipe)
     experts = _gemm("experts", padded * flops.expert_fwd_flops(model),
                     padded * (h + model.moe_ffn_hidden_size) * 2 * BF16_BYTES, recipe.precision,
                     recipe, (KernelClass.FUSED_GROUPED_MLP if fuses_grouped_mlp(recipe)
                              else KernelClass.GROUPED_GEMM),
-                    kernels=expert_kernels, driver_kernels=expert_driver_kernels)
+                    kernels=_expert_kernels(model, plan, recipe))
     streaming_fwd, streaming_bwd = expert_streaming_bytes(model, recipe)
     experts = BlockWork(
         forward=replace(experts.forward, streaming_hbm_bytes=padded * streaming_fwd),

@@ -57,10 +57,7 @@ class Work:
     (`graphed`: replayed from a CUDA graph; `pdl`: launched with programmatic dependent
     launch, so the gap before each kernel hides as it does inside a graph).
     `streaming_hbm_bytes`: bytes that the task's memory-bound kernels (activation function,
-    quantisation) move before or after its GEMMs, in series with them.
-    `driver_kernels`: those of `kernels` that a C++ op launches in a loop of its own (a grouped
-    op's per-expert GEMMs, quantisations and swizzles): the host pays a driver launch for each,
-    not a framework op."""
+    quantisation) move before or after its GEMMs, in series with them."""
 
     flops: float
     hbm_bytes: float
@@ -70,7 +67,6 @@ class Work:
     graphed: bool
     pdl: bool = False
     streaming_hbm_bytes: float = 0.0
-    driver_kernels: int = 0
 
     def __post_init__(self) -> None:
         if (self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0
@@ -78,9 +74,6 @@ class Work:
             raise ValueError(f"work: flops={self.flops}, hbm_bytes={self.hbm_bytes}, "
                              f"streaming_hbm_bytes={self.streaming_hbm_bytes}, "
                              f"kernels={self.kernels} must be >= 0")
-        if not 0 <= self.driver_kernels <= self.kernels:
-            raise ValueError(f"work: driver_kernels={self.driver_kernels} must be in "
-                             f"[0, kernels={self.kernels}]")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
