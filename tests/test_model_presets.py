@@ -31,6 +31,13 @@ def test_deepseek_rows_keep_the_release_recipe():
         recipe("mbridge-26.06"), precision="mxfp8")
 
 
+@pytest.mark.parametrize("model", ["qwen3-30b-a3b", "gpt-oss-120b"])
+def test_other_models_drop_the_dsv3_expert_rank_capacity_without_full_graphs(model):
+    preset = model_preset("mbridge-26.06", model, "b300", "bf16")
+    assert recipe("mbridge-26.06").rank_capacity_factor == 1.5
+    assert preset["rank_capacity_factor"] is None and preset["cuda_graphs"] != "full"
+
+
 def test_qwen3_on_nvl72_runs_hybridep_with_scoped_graphs_and_no_a2a_overlap():
     qwen = row_recipe(_row("qwen3-30b-a3b", "gb300", "mbridge-26.04", "mxfp8"))
     assert (qwen.dispatcher, qwen.dispatcher_sms, qwen.cuda_graphs) == ("hybridep", 32, "partial")

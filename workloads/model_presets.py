@@ -62,10 +62,10 @@ def _preset(models: tuple[str, ...], gpus: tuple[str, ...], releases: tuple[str,
 # Later entries win. Sources: the files named in the module docstring, at those commits.
 PRESETS: tuple[Preset, ...] = (
     # Every non-DeepSeek model: none of the DSv3-only settings (a2a overlap, FP8 attention,
-    # DSv3 recompute lists, cuDNN norm+quantisation env, expert padding for full graphs).
+    # DSv3 recompute lists, cuDNN norm+quantisation env, expert-rank capacity for full graphs).
     _preset(QWEN3 + GPT_OSS + LLAMA, ANY, MBRIDGE, a2a_overlap=False, fp8_attention=False,
             recompute_modules=(), cuda_graphs="none", norm_quant_fusion=False,
-            expert_capacity_factor=None, shared_expert_overlap=False,
+            rank_capacity_factor=None, shared_expert_overlap=False,
             fused_grouped_mlp=False, **ALLTOALL),
     # DeepSeek-V3 in 25.11 (workload_base_configs.py @d19cb73): GB200 recomputes the MLA
     # up-projections; B200 runs the NCCL all-to-all eagerly.
