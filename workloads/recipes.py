@@ -140,9 +140,10 @@ def _check_recompute(modules: tuple[str, ...]) -> None:
 
 
 def _check_numbers(r: Recipe) -> None:
-    for name in ("expert_capacity_factor", "rank_capacity_factor"):
-        if getattr(r, name) is not None and getattr(r, name) <= 0:
-            raise ValueError(f"{name}={getattr(r, name)}: must be None (dropless) or > 0")
+    for name, factor in (("expert_capacity_factor", r.expert_capacity_factor),
+                         ("rank_capacity_factor", r.rank_capacity_factor)):
+        if factor is not None and factor <= 0:
+            raise ValueError(f"{name}={factor}: must be None (dropless) or > 0")
     if r.grad_reduce_dtype_bytes not in (2, 4):
         raise ValueError(f"grad_reduce_dtype_bytes={r.grad_reduce_dtype_bytes}: must be 2 (bf16) "
                          f"or 4 (fp32)")
