@@ -44,14 +44,19 @@ class CostParams:
     # (marin-community/marin issue 7282, cudnn-frontend fused MoE kernels): 0.53 x 1.13.
     grouped_gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.65, "fp8": 0.53, "nvfp4": 0.50, "fused-fp8": 0.60}))
-    # Fused attention fwd+bwd (FlashAttention-3 / cuDNN): ~0.6 fwd, ~0.45 bwd of BF16 peak.
+    # Fused attention fwd+bwd, its matmuls alone (the softmax's exponentials are timed on the
+    # GPU's special-function units, GPUSpec.exp_per_s): FlashAttention-3 reaches ~0.6 of the
+    # H100's BF16 peak forward and ~0.45 backward at head dim 128; less the time of one
+    # exponential per score each way at 3.9 T/s, the matmuls run at 0.85 and 0.49, 0.56 over
+    # forward and backward (backward has 2.5x the FLOPs). FP8 is taken at 0.9 of
+    # the BF16 share (no FP8 attention benchmark at hand).
     # "window-*": sliding-window layers; cuDNN 9.27's GPT-OSS benchmark (128-token window,
     # head dim 64) reaches 156-170 TFLOP/s forward and 178-187 backward on GB200, 0.07 of the
     # 2,500 dense BF16 peak (NVIDIA/cudnn-frontend benchmark/attention_training/results); FP8
     # brings those kernels no gain (their FP8 backward is slower still there): half at the
     # FP8 peak.
     attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
-        {"bf16": 0.50, "fp8": 0.45, "window-bf16": 0.07, "window-fp8": 0.035}))
+        {"bf16": 0.56, "fp8": 0.50, "window-bf16": 0.07, "window-fp8": 0.035}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.

@@ -35,6 +35,7 @@ def gpu_rows() -> list[Row]:
             "bf16_tflops": peaks["bf16"] / hardware.TFLOPS,
             "fp8_tflops": peaks["fp8"] / hardware.TFLOPS,
             "nvfp4_tflops": peaks["nvfp4"] / hardware.TFLOPS if "nvfp4" in peaks else None,
+            "sfu_texp_per_s": gpu.exp_per_s / hardware.TFLOPS,
             "hbm_gb": gpu.hbm_capacity_bytes / hardware.GB,
             "hbm_tb_per_s": gpu.hbm_bandwidth_bytes_per_s / hardware.TB,
             "nvlink_gen": gpu.nvlink_generation,

@@ -2,9 +2,12 @@
 
     t = max(flops / (peak[precision] * eff[class, precision]),
             hbm_bytes / (hbm_bandwidth * eff_memory))
+        + exponentials / exp_rate
         + streaming_hbm_bytes / (hbm_bandwidth * eff_memory) + kernels * gap
 
-(`streaming_hbm_bytes`: the task's memory-bound kernels that run in series with its GEMMs).
+(`streaming_hbm_bytes`: the task's memory-bound kernels that run in series with its GEMMs;
+`exponentials`: fused attention's softmax, which waits on the GPU's special-function units
+between its two matmuls, so that small heads and a slow SFU leave the tensor cores idle).
 
 `gap` is the GPU idle between dependent kernels (smaller inside a CUDA graph or with
 programmatic dependent launch). The CPU time to
@@ -60,8 +63,8 @@ def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     if work.kernel_class == KernelClass.UNFUSED_PERMUTE:
         memory_s *= params.unfused_permute_slowdown
     gap_s = params.graphed_kernel_gap_s if work.graphed or work.pdl else params.kernel_gap_s
-    return (max(math_s, memory_s) + work.streaming_hbm_bytes / bandwidth
-            + work.kernels * gap_s)
+    return (max(math_s, memory_s) + work.exponentials / gpu.exp_per_s
+            + work.streaming_hbm_bytes / bandwidth + work.kernels * gap_s)
 
 
 def host_issue_s(kernels: int, graphed: bool, params: CostParams) -> float:

@@ -27,6 +27,7 @@ from workloads.recipes import recipe
 # Round numbers so that every hand-computed time is exact in binary floating point.
 TOY_PEAK_BF16_FLOPS_PER_S = 1e12
 TOY_SM_COUNT = 8
+TOY_EXP_PER_S = 2.0**60  # softmax exponentials all but free: attention times stay flops / peak
 GBYTE = 1e9
 
 
@@ -35,6 +36,7 @@ def toy_gpu() -> GPUSpec:
     """1 TFLOP/s BF16, 8 SMs: a task of F FLOPs takes F / 1e12 seconds."""
     return GPUSpec(name="toy", architecture="hopper", sm_count=TOY_SM_COUNT,
                    peak_flops_per_s={"bf16": TOY_PEAK_BF16_FLOPS_PER_S, "fp8": 2e12},
+                   exp_per_s=TOY_EXP_PER_S,
                    hbm_capacity_bytes=1e11, hbm_bandwidth_bytes_per_s=1e12,
                    nvlink_generation=5, nvlink_links=1, nvlink_bandwidth_bytes_per_s=GBYTE)
 

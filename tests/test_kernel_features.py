@@ -281,3 +281,43 @@ def test_a_2606_01_row_gets_its_containers_recipe_by_name():
            "cuda_graphs": "", "a2a_overlap": "", "fp8_attention": ""}
     assert row_recipe(row).fused_mlp_dbias_slowdown > 1
     assert row_recipe({**row, "name": "mb2606-gptoss120b-gb300-64"}).fused_mlp_dbias_slowdown == 1
+
+
+def test_full_attention_takes_one_exponential_per_score_each_way():
+    core = attention_blocks(DSV3, PLAN, recipe("megatron-defaults"))["core_attn"]
+    tokens = PLAN.mbs * PLAN.seq_len
+    scores = tokens * (PLAN.seq_len / 2) * DSV3.num_attention_heads  # causal: s/2 keys a query
+    assert core.forward.exponentials == pytest.approx(scores)
+    assert core.backward.exponentials == pytest.approx(scores)  # backward recomputes P
+    assert core.backward.flops == pytest.approx(2.5 * core.forward.flops)
+    window = attention_blocks(GPT_OSS, GPT_OSS_PLAN, recipe("megatron-defaults"), 0)["core_attn"]
+    assert window.forward.exponentials == 0  # measured whole: the window efficiency has them
+
+
+def test_exponentials_run_in_series_on_the_special_function_units(toy_gpu, ideal_params):
+    plain = Work(flops=1e12, hbm_bytes=0.0, kernel_class=KernelClass.ATTENTION,
+                 precision="bf16", kernels=0, graphed=False)
+    slow_sfu = replace(toy_gpu, exp_per_s=1e10)
+    assert compute_time_s(replace(plain, exponentials=5e9), slow_sfu, ideal_params) == \
+        pytest.approx(1.0 + 0.5)
+    assert compute_time_s(plain, slow_sfu, ideal_params) == pytest.approx(1.0)
+
+
+def _attention_s(gpu, model, plan, layer=None, fp8=False):
+    """Seconds of one micro batch's core attention, forward plus backward, on `gpu`."""
+    recipe_ = recipe_with(recipe("megatron-defaults"), precision="mxfp8", fp8_attention=fp8)
+    core = attention_blocks(model, plan, recipe_, layer)["core_attn"]
+    return sum(compute_time_s(w, gpu_spec(gpu), DEFAULT_PARAMS)
+               for w in (core.forward, core.backward))
+
+
+def test_blackwell_ultra_softmax_speeds_small_heads_most():
+    """Twice the SFU rate at the same tensor peak: attention speeds up on GB300 against GB200,
+    more for GPT-OSS's 64-wide heads than for DeepSeek-V3's 192 + 128, and FP8 more than BF16."""
+    def speedup(*args, **kwargs):
+        return _attention_s("gb200", *args, **kwargs) / _attention_s("gb300", *args, **kwargs)
+    dsv3, dsv3_fp8 = speedup(DSV3, PLAN), speedup(DSV3, PLAN, fp8=True)
+    assert 1.0 < dsv3 < dsv3_fp8 < 1.5
+    assert speedup(GPT_OSS, GPT_OSS_PLAN, 1) > dsv3
+    assert gpu_spec("gb300").exp_per_s > 2 * gpu_spec("gb200").exp_per_s
+    assert gpu_spec("b300").exp_per_s == gpu_spec("gb300").exp_per_s

@@ -54,6 +54,8 @@ def test_missing_precision_and_bad_spec_values_raise() -> None:
         dataclasses.replace(gpu_spec("gb200"), hbm_capacity_bytes=0)
     with pytest.raises(ValueError, match="fp16"):
         dataclasses.replace(gpu_spec("gb200"), peak_flops_per_s={"bf16": 1.0, "fp16": 1.0})
+    with pytest.raises(ValueError, match="exp_per_s must be a positive number, got 0"):
+        dataclasses.replace(gpu_spec("gb200"), exp_per_s=0)
 
 
 def test_specs_are_immutable_hashable_and_pickle() -> None:

@@ -66,12 +66,14 @@ def _require_bool(owner: str, name: str, value: bool) -> None:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GPUSpec:
-    """One GPU: SMs, dense tensor peaks per precision, usable HBM, NVLink per direction."""
+    """One GPU: SMs, dense tensor peaks per precision, the special-function units' rate of
+    exponentials (the softmax of attention), usable HBM, NVLink per direction."""
 
     name: str
     architecture: str
     sm_count: int
     peak_flops_per_s: Mapping[str, float]
+    exp_per_s: float
     hbm_capacity_bytes: float
     hbm_bandwidth_bytes_per_s: float
     nvlink_generation: int
@@ -90,6 +92,7 @@ class GPUSpec:
                              f"{', '.join(HOST_CPUS)}")
         _require_count(owner, "sm_count", self.sm_count)
         _check_peaks(owner, self.peak_flops_per_s)
+        _require_positive(owner, "exp_per_s", self.exp_per_s)
         # A read-only copy: the catalog cannot be changed through a spec; use dataclasses.replace.
         object.__setattr__(self, "peak_flops_per_s", MappingProxyType(dict(self.peak_flops_per_s)))
         _require_positive(owner, "hbm_capacity_bytes", self.hbm_capacity_bytes)
@@ -211,18 +214,24 @@ def _hopper(name: str, hbm_bytes: float, hbm_bytes_per_s: float, links: int) -> 
     Sources: glennklockwood.com/garden/processors/h100 (132 SMs; dense TFLOPs table from the
     NVIDIA H100 datasheet); the H200 and H800 are the same die (research doc, table 1.1).
     NVLink4 runs 25 GB/s per direction per link (18 links = 450 GB/s per direction).
+    Exponentials: "the H100 SXM5 GPU has 989 TFLOPS of FP16 matmul but only 3.9 TFLOPS of
+    special functions" (FlashAttention-3, Shah et al., arXiv 2407.08608).
     """
     return GPUSpec(
         name=name,
         architecture="hopper",
         sm_count=132,
         peak_flops_per_s={"bf16": 989.4 * TFLOPS, "fp8": 1978.9 * TFLOPS},
+        exp_per_s=3.9e12,
         hbm_capacity_bytes=hbm_bytes,
         hbm_bandwidth_bytes_per_s=hbm_bytes_per_s,
         nvlink_generation=4,
         nvlink_links=links,
         nvlink_bandwidth_bytes_per_s=links * 25 * GB,
     )
+
+
+BLACKWELL_EXP_PER_S = {"blackwell": 5e12, "blackwell-ultra": 10.7e12}
 
 
 def _blackwell(
@@ -234,7 +243,11 @@ def _blackwell(
     Sources: research doc table 1.1 (NVIDIA Blackwell datasheet via glennklockwood B200/B300
     pages; NVL72 rack totals / 72; verda.com GB300 blog); SM counts from NVIDIA's "Inside
     Blackwell Ultra" blog (B300 160 SMs, B200 148). HBM bandwidth 8 TB/s (datasheets say
-    7.7-8 TB/s for B200/B300; 8 TB/s = 576 TB/s per NVL72 rack / 72).
+    7.7-8 TB/s for B200/B300; 8 TB/s = 576 TB/s per NVL72 rack / 72). Exponentials (SFU
+    MUFU.EX2): 5 TeraExponentials/s on Blackwell, 10.7 on Blackwell Ultra, which doubles the
+    SFU's throughput for the softmax (verda.com GB300 blog table; NVIDIA's "Making Softmax
+    More Efficient with NVIDIA Blackwell Ultra" blog, which measured DeepSeek-V3's FP8
+    attention forward about 35 % faster on GB300 than on GB200).
     """
     bf16, fp8, nvfp4 = peaks_pflops
     return GPUSpec(
@@ -242,6 +255,7 @@ def _blackwell(
         architecture=architecture,
         sm_count=sms,
         peak_flops_per_s={"bf16": bf16 * PFLOPS, "fp8": fp8 * PFLOPS, "nvfp4": nvfp4 * PFLOPS},
+        exp_per_s=BLACKWELL_EXP_PER_S[architecture],
         hbm_capacity_bytes=hbm_gb * GB,
         hbm_bandwidth_bytes_per_s=8 * TB,
         nvlink_generation=5,

@@ -13,7 +13,10 @@ capacity only sizes the buffers (the static shapes a full-iteration CUDA graph n
 grouped kernels read the per-expert token counts on the device and leave the buffer's unused
 rows alone (Megatron-LM docs/user-guide/features/paged_stash.md, "sync-free" experts;
 TransformerEngine tests/pytorch/mxfp8/test_mxfp8_group_quantize_graph_safe.py, where a
-buffer of M rows holding M/2 tokens is quantised as its M/2).
+buffer of M rows holding M/2 tokens is quantised as its M/2). Fused attention's softmax takes
+one exponential per score forward and again backward, where the kernel recomputes the
+probabilities (`Work.exponentials`); a sliding-window kernel's efficiency is measured whole,
+its exponentials included, so it carries none.
 """
 
 from __future__ import annotations
@@ -248,10 +251,14 @@ def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
         proj = BlockWork(forward=proj.forward, backward=proj.backward, recompute=up.forward)
     windowed = (layer is not None and model.is_window_layer(layer)
                 and (model.sliding_window or 0) < plan.seq_len)
-    core = _gemm("core_attn", tokens * flops.core_attention_fwd_flops(model, plan.seq_len, layer),
-                 0.0, "fp8" if recipe.fp8_attention else "bf16", recipe,
-                 KernelClass.WINDOW_ATTENTION if windowed else KernelClass.ATTENTION,
+    core_flops = tokens * flops.core_attention_fwd_flops(model, plan.seq_len, layer)
+    core = _gemm("core_attn", core_flops, 0.0, "fp8" if recipe.fp8_attention else "bf16",
+                 recipe, KernelClass.WINDOW_ATTENTION if windowed else KernelClass.ATTENTION,
                  BACKWARD_ATTENTION_FACTOR)
+    if not windowed:
+        scores = core_flops / flops.core_attention_flops_per_score(model)
+        core = BlockWork(forward=replace(core.forward, exponentials=scores),
+                         backward=replace(core.backward, exponentials=scores))
     return {"norms": _with_recompute(norms, full or "layernorm" in modules),
             "attn_proj": _with_recompute(proj, full),
             "core_attn": _with_recompute(core, full or "core_attn" in modules)}

@@ -57,6 +57,14 @@ def _core_attention_flops(model: ModelSpec, keys_per_query: float) -> float:
     return 2.0 * keys_per_query * width
 
 
+def core_attention_flops_per_score(model: ModelSpec) -> float:
+    """FLOPs of QK^T and P·V per attention score (one query, one key, one head): each score
+    is exactly one exponential of the softmax."""
+    if model.attention == "mla":
+        return 2.0 * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
+    return 4.0 * model.head_dim
+
+
 def _core_attention_all_layers(model: ModelSpec, seq_len: int) -> float:
     """Core attention of all L + D attention layers, per token."""
     full = _core_attention_flops(model, causal_keys_per_query(seq_len))

@@ -57,7 +57,9 @@ class Work:
     (`graphed`: replayed from a CUDA graph; `pdl`: launched with programmatic dependent
     launch, so the gap before each kernel hides as it does inside a graph).
     `streaming_hbm_bytes`: bytes that the task's memory-bound kernels (activation function,
-    quantisation) move before or after its GEMMs, in series with them."""
+    quantisation) move before or after its GEMMs, in series with them. `exponentials`: the
+    softmax exponentials of fused attention, which the special-function units compute in
+    series with its matmuls."""
 
     flops: float
     hbm_bytes: float
@@ -67,12 +69,14 @@ class Work:
     graphed: bool
     pdl: bool = False
     streaming_hbm_bytes: float = 0.0
+    exponentials: float = 0.0
 
     def __post_init__(self) -> None:
         if (self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0
-                or self.streaming_hbm_bytes < 0):
+                or self.streaming_hbm_bytes < 0 or self.exponentials < 0):
             raise ValueError(f"work: flops={self.flops}, hbm_bytes={self.hbm_bytes}, "
                              f"streaming_hbm_bytes={self.streaming_hbm_bytes}, "
+                             f"exponentials={self.exponentials}, "
                              f"kernels={self.kernels} must be >= 0")
 
 
