@@ -47,22 +47,17 @@ def causal_keys_per_query(seq_len: int, window: int | None = None) -> float:
     return window - window * (window - 1) / (2 * seq_len)
 
 
-def _core_attention_flops(model: ModelSpec, keys_per_query: float) -> float:
-    """QK^T plus P·V of one layer, per token, over `keys_per_query` keys."""
-    n = model.num_attention_heads
-    if model.attention == "mla":
-        width = n * (model.qk_head_dim + model.qk_pos_emb_head_dim) + n * model.v_head_dim
-    else:
-        width = 2 * n * model.head_dim
-    return 2.0 * keys_per_query * width
-
-
 def core_attention_flops_per_score(model: ModelSpec) -> float:
     """FLOPs of QK^T and P·V per attention score (one query, one key, one head): each score
     is exactly one exponential of the softmax."""
     if model.attention == "mla":
         return 2.0 * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
     return 4.0 * model.head_dim
+
+
+def _core_attention_flops(model: ModelSpec, keys_per_query: float) -> float:
+    """QK^T plus P·V of one layer, per token, over `keys_per_query` keys."""
+    return keys_per_query * (model.num_attention_heads * core_attention_flops_per_score(model))
 
 
 def _core_attention_all_layers(model: ModelSpec, seq_len: int) -> float:
