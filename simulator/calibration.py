@@ -182,14 +182,19 @@ def params_with(params: CostParams, key: str, value: float) -> CostParams:
     return replace(params, **change)
 
 
-def calibration_entries(path: str | Path) -> dict[str, Any]:
-    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of a file `moesim
-    calibrate` wrote."""
+def read_calibration_file(path: str | Path) -> Any:
+    """The YAML document of a file `moesim calibrate` wrote, as parsed."""
     try:
-        document = yaml.safe_load(Path(path).read_text())
+        return yaml.safe_load(Path(path).read_text())
     except (OSError, yaml.YAMLError) as error:
         raise ValueError(f"calibration {path}: cannot read ({str(error).splitlines()[0]})") \
             from None
+
+
+def calibration_entries(path: str | Path) -> dict[str, Any]:
+    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of a file `moesim
+    calibrate` wrote."""
+    document = read_calibration_file(path)
     entries = document.get("parameters") if isinstance(document, dict) else None
     if not isinstance(entries, dict):
         raise ValueError(f"calibration {path}: key 'parameters' must be a mapping of "

@@ -47,8 +47,9 @@ from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, result_document, trace_rows
 from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, calibration_entries,
-                                   load_calibration)
-from simulator.fitting import DEFAULT_FIT, FitParameter, calibration_document, fit
+                                   load_calibration, read_calibration_file)
+from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, Loss, calibration_document,
+                               fit)
 from simulator.validation import read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
@@ -152,13 +153,21 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
 def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate = commands.add_parser(
         "calibrate", help="fit the global cost parameters to a measurements CSV",
-        description="Fit the global cost parameters (bounded least squares on log error) to "
-                    "every row of FILE.csv and write them with their meaning and bounds.")
+        description="Fit the global cost parameters (bounded robust least squares on log "
+                    "error) to every row of FILE.csv and write them with their meaning and "
+                    "bounds.")
     calibrate.add_argument("csv", metavar="FILE.csv")
     calibrate.add_argument("-o", "--output", required=True, metavar="FILE.yaml")
     calibrate.add_argument("--jobs", type=int, default=1, metavar="N")
     calibrate.add_argument("--max-evaluations", type=int, default=40, metavar="N",
                            help="simulations of the rows (a Jacobian column counts as one)")
+    calibrate.add_argument("--loss", choices=LOSSES,
+                           help="soft_l1 (default): a row's cost grows like its log error "
+                                "squared below --loss-scale and linearly above it; linear: "
+                                "plain least squares")
+    calibrate.add_argument("--loss-scale", type=float, metavar="LOG_ERROR",
+                           help="where soft_l1 turns from quadratic to linear (default 0.1, "
+                                "about 10 %%)")
     calibrate.add_argument("--parameters", metavar="KEY,KEY",
                            help="fit only these of the default parameters")
     calibrate.add_argument("--start", metavar="FILE.yaml",
@@ -204,6 +213,22 @@ def _split_held_out(rows: list[dict[str, Any]], selection: str | None
     return kept, held
 
 
+def _fit_loss(args: argparse.Namespace) -> Loss:
+    """The loss given on the command line; under --rerun, else the one the file records (a
+    file without one was fitted by plain least squares)."""
+    recorded: dict[str, Any] = {}
+    if args.rerun:
+        document = read_calibration_file(args.rerun)
+        recorded = document.get("loss", {"name": "linear"}) if isinstance(document, dict) else {}
+        if not isinstance(recorded, dict):
+            raise ValueError(f"--rerun {args.rerun}: loss={recorded!r} must be a mapping of "
+                             "name and scale")
+    default = Loss()
+    return Loss(name=args.loss or recorded.get("name", default.name),
+                scale=(args.loss_scale if args.loss_scale is not None
+                       else recorded.get("scale", default.scale)))
+
+
 def _calibrate(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.max_evaluations < 1:
         raise ValueError("--jobs and --max-evaluations must be >= 1")
@@ -214,14 +239,16 @@ def _calibrate(args: argparse.Namespace) -> int:
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
     rows, held = _split_held_out(read_measurements(args.csv), args.hold_out)
+    loss = _fit_loss(args)
 
-    def progress(evaluation: int, rms: float) -> None:
-        print(f"evaluation {evaluation}: rms log error {rms:.4f}", file=sys.stderr)
+    def progress(evaluation: int, objective: float, rms: float) -> None:
+        print(f"evaluation {evaluation}: objective {objective:.4f}, rms log error {rms:.4f}",
+              file=sys.stderr)
 
     base = (load_calibration(args.rerun, field="start") if args.rerun
             else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)
     result = fit(rows, parameters, base=base, jobs=args.jobs,
-                 max_evaluations=args.max_evaluations, progress=progress)
+                 max_evaluations=args.max_evaluations, loss=loss, progress=progress)
     document = calibration_document(result, parameters, args.csv,
                                     "moesim " + " ".join(sys.argv[1:]) if sys.argv else "")
     write_calibration(args.output, document)
@@ -231,9 +258,10 @@ def _calibrate(args: argparse.Namespace) -> int:
                         for key, entry in document["parameters"].items()]))
     fitted = [asdict(r) for r in result.final_rows]
     print(format_validation(fitted, summarize(list(result.final_rows))))
-    print(f"rms log error {result.initial_rms_log_error:.4f} -> "
-          f"{result.final_rms_log_error:.4f} over {result.rows_used} rows "
-          f"({result.rows_failed} failed); written to {args.output}")
+    print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
+          f"-> {result.final_objective:.4f}; rms log error "
+          f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
+          f"{result.rows_used} rows ({result.rows_failed} failed); written to {args.output}")
     if held:
         predicted = validate_rows(held, result.params, jobs=args.jobs)
         print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")

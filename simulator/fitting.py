@@ -1,17 +1,22 @@
-"""Fitting the global cost parameters to measured runs: bounded least squares on log error.
+"""Fitting the global cost parameters to measured runs: bounded robust least squares on log
+error.
 
-    minimise  sum_rows ( log(predicted_row(theta) / measured_row) )^2,   lower <= theta <= upper
+    minimise  sum_rows rho( log(predicted_row(theta) / measured_row) ),   lower <= theta <= upper
 
-Each parameter has a physical meaning and bounds (FitParameter); nothing is per model or per
-row. Rows that cannot run are left out of the sum and counted.
+with rho(r) = 2 s^2 (sqrt(1 + (r / s)^2) - 1) (Loss "soft_l1", scale s = 0.1 by default):
+r^2 below the scale, growing like |r| above it, so the few rows that carry a mechanism the
+model lacks weigh like a median's outliers rather than pulling a parameter that many rows
+share; Loss "linear" is plain least squares, rho(r) = r^2. Each parameter has a physical
+meaning and bounds (FitParameter); nothing is per model or per row. Rows that cannot run are
+left out of the sum and counted.
 
 Every residual is a whole simulation, so the solver spends them carefully: the Jacobian is
 estimated once by forward differences on short steps (`short_row`: two micro batches per
 stage), each column re-simulating only the rows the parameter can touch (`touches`: an
 architecture's efficiency only that architecture's rows, a dispatcher's efficiency only rows
 using it, ...), and then kept current by Broyden updates while damped Gauss-Newton steps
-(bounded linear least squares, Levenberg-Marquardt damping) walk downhill, each step judged
-on every row's whole step.
+(bounded linear least squares, Levenberg-Marquardt damping, each row weighted by the loss at
+its current error) walk downhill, each step judged on every row's whole step.
 """
 
 from __future__ import annotations
@@ -95,6 +100,42 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
 )
 
 
+LOSSES = ("soft_l1", "linear")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Loss:
+    """How the fit weighs a row's log error r: "soft_l1" costs 2 s^2 (sqrt(1 + (r/s)^2) - 1)
+    (`scale` s, a log error: quadratic below it, linear above), "linear" costs r^2."""
+
+    name: str = "soft_l1"
+    scale: float = 0.1
+
+    def __post_init__(self) -> None:
+        if self.name not in LOSSES:
+            raise ValueError(f"loss={self.name!r}: must be one of {', '.join(LOSSES)}")
+        number = isinstance(self.scale, (int, float)) and not isinstance(self.scale, bool)
+        if not (number and math.isfinite(self.scale) and self.scale > 0):
+            raise ValueError(f"loss scale={self.scale!r}: must be a log error > 0")
+
+    def costs(self, errors: np.ndarray) -> np.ndarray:
+        """Each row's cost at log error `errors`."""
+        if self.name == "linear":
+            return errors ** 2
+        return 2 * self.scale ** 2 * (np.sqrt(1 + (errors / self.scale) ** 2) - 1)
+
+    def weights(self, errors: np.ndarray) -> np.ndarray:
+        """The square root of each row's d cost / d (r^2): the weight of its residual and
+        Jacobian row in a Gauss-Newton step (iteratively reweighted least squares)."""
+        if self.name == "linear":
+            return np.ones_like(errors)
+        return (1 + (errors / self.scale) ** 2) ** -0.25
+
+    def objective(self, errors: np.ndarray) -> float:
+        """The root of the mean cost: the rms log error for "linear"."""
+        return float(np.sqrt(np.mean(self.costs(errors)))) if errors.size else math.nan
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FitResult:
     params: CostParams
@@ -104,6 +145,9 @@ class FitResult:
     rows_used: int
     rows_failed: int
     evaluations: int
+    loss: Loss = Loss()
+    initial_objective: float = math.nan
+    final_objective: float = math.nan
     start_values: dict[str, float] = field(default_factory=dict)
     initial_rows: tuple[RowResult, ...] = ()
     final_rows: tuple[RowResult, ...] = ()
@@ -191,8 +235,11 @@ class _Counter:
 
 def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAULT_FIT, *,
         base: CostParams = FIRST_PRINCIPLES, jobs: int = 1, max_evaluations: int = 40,
-        progress: Callable[[int, float], None] | None = None) -> FitResult:
-    """Least-squares fit of `parameters` (starting from `base`) to the rows' measurements."""
+        loss: Loss = Loss(),
+        progress: Callable[[int, float, float], None] | None = None) -> FitResult:
+    """Robust least-squares fit of `parameters` (starting from `base`) to the rows'
+    measurements; `progress` hears (evaluations, objective, rms log error) at each
+    improvement."""
     lower = np.array([p.lower for p in parameters])
     upper = np.array([p.upper for p in parameters])
     width = upper - lower
@@ -210,9 +257,9 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     used = [row for row, e in zip(rows, first) if not math.isnan(e)]
     residual = first[~np.isnan(first)]
     failed = len(rows) - len(used)
-    initial_rms = _rms(residual)
+    initial_rms, initial_objective = _rms(residual), loss.objective(residual)
     if progress is not None:
-        progress(counter.calls, initial_rms)
+        progress(counter.calls, initial_objective, initial_rms)
     scenarios = [_scenario_or_none(row) for row in used]
     touched = _touched_rows(parameters, scenarios, _with_values(base, parameters, x))
     short = [short_row(row, scenario) for row, scenario in zip(used, scenarios)]
@@ -230,7 +277,9 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     damping = 1e-3
     final_results = [r for r in initial_results if r.status == "ok"]
     while counter.calls < max_evaluations and residual.size:
-        step = _damped_step(jacobian, residual, x, lower, upper, width, damping)
+        weights = loss.weights(residual)
+        step = _damped_step(jacobian * weights[:, None], residual * weights, x, lower, upper,
+                            width, damping)
         if np.all(np.abs(step) < 1e-6 * width):
             break
         trial = errors(x + step, used)
@@ -238,12 +287,12 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
             raise ValueError("calibrate: a row that ran at the start failed at trial values "
                              f"{dict(zip((p.key for p in parameters), x + step))}")
         jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
-        if _rms(trial) < _rms(residual):
-            improvement = _rms(residual) - _rms(trial)
+        if loss.objective(trial) < loss.objective(residual):
+            improvement = loss.objective(residual) - loss.objective(trial)
             x, residual, damping = x + step, trial, damping / 3
             final_results = counter.results
             if progress is not None:
-                progress(counter.calls, _rms(residual))
+                progress(counter.calls, loss.objective(residual), _rms(residual))
             if improvement < 1e-5:
                 break
         else:
@@ -252,6 +301,8 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
                      values={p.key: float(v) for p, v in zip(parameters, x)},
                      initial_rms_log_error=initial_rms, final_rms_log_error=_rms(residual),
                      rows_used=len(used), rows_failed=failed, evaluations=counter.calls,
+                     loss=loss, initial_objective=initial_objective,
+                     final_objective=loss.objective(residual),
                      start_values=start, initial_rows=tuple(initial_results),
                      final_rows=tuple(final_results))
 
@@ -279,6 +330,8 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
         "command": command, "data": Path(data).name,
         "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),
         "rows_used": result.rows_used, "rows_failed": result.rows_failed,
+        "loss": {"name": result.loss.name, "scale": result.loss.scale},
+        "objective": {"initial": result.initial_objective, "final": result.final_objective},
         "rms_log_error": {"initial": result.initial_rms_log_error,
                           "final": result.final_rms_log_error},
         "parameters": {p.key: {"value": result.values[p.key],
