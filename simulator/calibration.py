@@ -84,7 +84,9 @@ class CostParams:
     # nccl-nvlink: H100 ring busBW ~370 of 450 GB/s (nccl-tests #212); nccl-network: IB ring
     # busBW ~45 of 50 GB/s per 400G NIC at small scale (nccl #1221, #1801);
     # hybridep-nvlink: 539-642 of 900 GB/s at EP32 on GB200 (DeepEP hybrid-ep README);
-    # deepep-nvlink: ~400 dispatch / ~190 combine of 900 at EP32 (Megatron GB200 guide §2.2.1);
+    # deepep-nvlink: ~400 dispatch / ~190 combine of 900 at EP32 (Megatron GB200 guide §2.2.1,
+    # the port before NVIDIA tuned it, a lower bound for the tuned kernels; the guide's ladder
+    # runs it as measured, Recipe.deepep_nvlink_efficiency, until its step 06);
     # alltoall-nvlink: NCCL all-to-all at EP32 was no faster than that DeepEP (the guide, same
     # section: switching to DeepEP brought "no communication benefits"), so ~0.3;
     # *-network EP kernels: 43-58 of 50 GB/s on CX-7 (DeepEP docs/legacy.md).

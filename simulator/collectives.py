@@ -188,16 +188,20 @@ class CollectivePlanner:
         for position, (steps, shape_classes) in enumerate(self._cache[key]):
             classes = tuple(
                 FlowClass(shape=c.shape, bytes_per_flow=collective.bytes_per_rank * c.fraction
-                          / self._params.comm(self._comm_algorithm(algorithm), c.fabric))
+                          / self._efficiency(collective, c.fabric))
                 for c in shape_classes)
             start_s = overhead_s if position == 0 else 0.0
             latency_s = start_s + steps * max(c.latency_s for c in shape_classes)
             phases.append(Phase(latency_s, classes))
         return tuple(phases)
 
-    @staticmethod
-    def _comm_algorithm(algorithm: str) -> str:
-        return "nccl" if algorithm == "p2p" else algorithm
+    def _efficiency(self, collective: Collective, fabric: str) -> float:
+        """The share of line rate `collective` reaches on `fabric`: its own measured NVLink
+        efficiency where it carries one, else its algorithm's calibrated one."""
+        if fabric == "nvlink" and collective.nvlink_efficiency is not None:
+            return collective.nvlink_efficiency
+        algorithm = "nccl" if collective.algorithm == "p2p" else collective.algorithm
+        return self._params.comm(algorithm, fabric)
 
     def _shape_phases(self, op: Op, groups: tuple[tuple[int, ...], ...], nvls: bool,
                       expert_routing: tuple[int, int, int, int] | None,

@@ -174,6 +174,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):
         algorithm = entry.split("-")[0]
+        if key == "comm_efficiency.deepep-nvlink" and recipe.deepep_nvlink_efficiency is not None:
+            return False
         return algorithm not in DISPATCHERS or (
             scenario.model.is_moe and recipe.dispatcher == algorithm)
     if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):

@@ -11,6 +11,7 @@ from simulator.calibration import DEFAULT_PARAMS, host_params
 from simulator.costs import compute_time_s
 from simulator.fitting import touches
 from simulator.memory import buffer_bytes
+from simulator.scenario import run_scenario
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
 from workloads.blocks import attention_blocks, expert_streaming_bytes, moe_blocks
@@ -321,3 +322,25 @@ def test_blackwell_ultra_softmax_speeds_small_heads_most():
     assert speedup(GPT_OSS, GPT_OSS_PLAN, 1) > dsv3
     assert gpu_spec("gb300").exp_per_s > 2 * gpu_spec("gb200").exp_per_s
     assert gpu_spec("b300").exp_per_s == gpu_spec("gb300").exp_per_s
+
+
+def test_untuned_deepep_moves_tokens_at_the_guides_measured_rate(make_scenario):
+    """Before ladder step 06 DeepEP is the untuned EP32 port (400 / 190 GB/s of 900, guide
+    §2.2.1); after it the kernels reach the calibrated efficiency, and exposed EP time falls."""
+    assert guide_step_recipe(5).deepep_nvlink_efficiency == pytest.approx(0.286, abs=1e-3)
+    assert guide_step_recipe(6).deepep_nvlink_efficiency is None
+    assert DEFAULT_PARAMS.comm("deepep", "nvlink") > 0.2
+    graphed = recipe_with(recipe("modelzoo-2025"), cuda_graphs="full", rank_capacity_factor=1.0)
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=4096, ep=8)
+    scenarios = [replace(make_scenario(recipe_=recipe_with(
+        graphed, deepep_nvlink_efficiency=efficiency)), plan=plan) for efficiency in (None, 0.1)]
+    tuned, untuned = (run_scenario(s).metrics.breakdown_s["exposed_ep"] for s in scenarios)
+    assert untuned > 1.5 * tuned > 0
+    assert touches("comm_efficiency.deepep-nvlink", scenarios[0], DEFAULT_PARAMS)
+    assert not touches("comm_efficiency.deepep-nvlink", scenarios[1], DEFAULT_PARAMS)
+
+
+@pytest.mark.parametrize("efficiency", [0.0, 1.5, -0.2])
+def test_a_deepep_efficiency_outside_0_1_is_refused(efficiency):
+    with pytest.raises(ValueError, match=f"deepep_nvlink_efficiency={efficiency}"):
+        recipe_with(recipe("modelzoo-2025"), deepep_nvlink_efficiency=efficiency)

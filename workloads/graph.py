@@ -90,6 +90,8 @@ class Collective:
     dispatcher sends a token once
     per destination rank and, to another NVLink domain, once per destination domain, to be
     forwarded over NVLink there (DeepEP internode and HybridEP kernels); None = plain pairwise.
+    `nvlink_efficiency`: a measured share of NVLink line rate for this collective's NVLink
+    flows, in place of the calibrated efficiency of its algorithm; None = calibrated.
     """
 
     op: Op
@@ -101,11 +103,15 @@ class Collective:
     held_sms: int = 0
     graphed: bool = False
     expert_routing: tuple[int, int, int, int] | None = None
+    nvlink_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         if self.bytes_per_rank < 0:
             raise ValueError(f"collective {self.key}: bytes_per_rank={self.bytes_per_rank} "
                              "must be >= 0")
+        if self.nvlink_efficiency is not None and not 0 < self.nvlink_efficiency <= 1:
+            raise ValueError(f"collective {self.key}: nvlink_efficiency="
+                             f"{self.nvlink_efficiency} must be in (0, 1]")
         if not self.groups or any(len(g) < 2 for g in self.groups):
             raise ValueError(f"collective {self.key}: every group needs >= 2 ranks")
 

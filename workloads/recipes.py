@@ -71,6 +71,10 @@ class Recipe:
     fused_mlp_dbias_slowdown: how many times as long the fused MLP's backward FC2-dgrad + dGLU
         kernel takes when it also reduces the experts' bias gradient (models with
         linear_bias); 1 = as designed.
+    deepep_nvlink_efficiency: a measured share of NVLink line rate for DeepEP's dispatch and
+        combine that replaces the calibrated comm_efficiency "deepep-nvlink" (None: the
+        calibrated one); the GB200 guide's steps 03-05 ran the untuned EP32 community port
+        (DEEPEP_UNTUNED_MNNVL_EFFICIENCY).
     """
 
     name: str
@@ -101,6 +105,7 @@ class Recipe:
     host_numa_bound: bool = True
     fused_grouped_mlp: bool = False
     fused_mlp_dbias_slowdown: float = 1.0
+    deepep_nvlink_efficiency: float | None = None
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
@@ -150,6 +155,10 @@ def _check_numbers(r: Recipe) -> None:
     if r.optimizer_state_bytes_per_param <= 0:
         raise ValueError(f"optimizer_state_bytes_per_param={r.optimizer_state_bytes_per_param}: "
                          f"must be > 0")
+    efficiency = r.deepep_nvlink_efficiency
+    if efficiency is not None and not 0 < efficiency <= 1:
+        raise ValueError(f"deepep_nvlink_efficiency={efficiency}: must be None (calibrated) or "
+                         "a share of line rate in (0, 1]")
     if r.fused_mlp_dbias_slowdown < 1:
         raise ValueError(f"fused_mlp_dbias_slowdown={r.fused_mlp_dbias_slowdown}: must be >= 1")
     if isinstance(r.activation_offload_layers, bool) or not isinstance(
@@ -172,6 +181,13 @@ def _check_compatibility(r: Recipe) -> None:
         if getattr(r, field) and r.precision == "bf16":
             raise ValueError(f"{field}=True: needs an FP8/FP4 precision, not precision='bf16'")
 
+
+# DeepEP's EP32 port to GB200's multi-node NVLink before NVIDIA tuned it reached about 400 GB/s
+# dispatch and 190 GB/s combine algorithm bandwidth on 24 SMs, of 900 GB/s per direction
+# (Megatron-LM deepseek-v3-gb200-optimization.md §2.2.1). Both move BF16 tokens (no FP8
+# dispatch in the guide), so over a dispatch + combine pair the share of line rate is the
+# harmonic mean of the two: 0.286.
+DEEPEP_UNTUNED_MNNVL_EFFICIENCY = 2 / (900 / 400 + 900 / 190)
 
 _MBRIDGE_26_06 = Recipe(
     # DeepSeek-V3, GB300, 1,648 TFLOP/s/GPU: Megatron-Bridge v0.5.0 perf config
@@ -291,12 +307,14 @@ _RELEASES = (
             cuda_graphs="none", shared_expert_overlap=True, recompute_modules=("mla_up_proj",)),
     # GB200 guide baseline (hw §3, data/README.md "Other sources"): alltoall dispatcher, no
     # graphs, no 1F1B A2A overlap, FP8 param-gather, BF16 Adam moments; steps override flags.
-    # Its kernel-level features start off; GB200_GUIDE_STEPS turns them on step by step.
+    # Its kernel-level features start off, and DeepEP (from step 03) is the untuned EP32 port;
+    # GB200_GUIDE_STEPS turns them on step by step.
     replace(_MEGATRON_DEFAULTS, name="mbridge-gb200-guide-2025-11", precision="mxfp8",
             recompute_modules=("mla_up_proj", "mlp"), fp8_param_gather=True,
             grad_reduce_dtype_bytes=2, optimizer_state_bytes_per_param=8.0, nccl_nvls=False,
             quant_alloc_fusion=False, swizzle_fusion=False, pdl=False,
-            graph_shared_expert=False, host_numa_bound=False),
+            graph_shared_expert=False, host_numa_bound=False,
+            deepep_nvlink_efficiency=DEEPEP_UNTUNED_MNNVL_EFFICIENCY),
     # ModelZoo scripts (yanring/Megatron-MoE-ModelZoo) and the MoE report built on them: flags
     # per row; BF16 moments via the precision-aware optimizer as in the Bridge DSv3 recipes;
     # router and permute fusion as in every NVIDIA DSv3 perf recipe (hw §3).
@@ -336,12 +354,14 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in _RELEASES}
 
 # The GB200 guide's optimisation ladder (guide §3 table): the kernel-level features each step
 # turns on, cumulatively. Steps 03, 04, 05 and 10 change the dispatcher, recompute and graphs,
-# which measurement rows carry as columns; steps 06 (DeepEP tuning) and 11 (TE host-code
-# clean-up) name no mechanism moesim models, so they change nothing here.
+# which measurement rows carry as columns; step 06 tunes DeepEP, whose kernels then reach the
+# calibrated deepep-nvlink efficiency; step 11 (TE host-code clean-up) names no mechanism
+# moesim models, so it changes nothing here.
 GB200_GUIDE = "mbridge-gb200-guide-2025-11"
 GB200_GUIDE_STEPS: dict[int, dict[str, Any]] = {
     1: {"permute_fusion": True, "quant_alloc_fusion": True},
     2: {"router_fusion": True},
+    6: {"deepep_nvlink_efficiency": None},
     7: {"host_numa_bound": True},
     8: {"pdl": True, "swizzle_fusion": True},
     9: {"graph_shared_expert": True},

@@ -100,8 +100,8 @@ class _Step:
     # --- groups -------------------------------------------------------------------------
     def _collective(self, op: Op, kind: str, rank: int, key: str, nbytes: float,
                     algorithm: str, held_sms: int = 0,
-                    expert_routing: tuple[int, int, int, int] | None = None
-                    ) -> Collective | None:
+                    expert_routing: tuple[int, int, int, int] | None = None,
+                    nvlink_efficiency: float | None = None) -> Collective | None:
         """The collective of group `kind` for `rank`, or None for a group of one."""
         part = self._part(kind, rank)
         if part is None:
@@ -110,7 +110,7 @@ class _Step:
         return Collective(op=op, key=f"{members[0]}/{key}", bytes_per_rank=nbytes,
                           groups=groups, members=members, algorithm=algorithm,
                           held_sms=held_sms, graphed=self.recipe.cuda_graphs == "full",
-                          expert_routing=expert_routing)
+                          expert_routing=expert_routing, nvlink_efficiency=nvlink_efficiency)
 
     def _part(self, kind: str, rank: int) -> _Part | None:
         """The `kind` groups of `rank`'s stage whose members fall into the classes of `rank`'s
@@ -365,9 +365,10 @@ class _Step:
             op = Op.ALL_GATHER if name.endswith("dispatch") == (unit.phase == "F") \
                 else Op.REDUCE_SCATTER
             nbytes = self.tokens * self.plan.ep * self.model.hidden_size * blk.BF16_BYTES
-        collective = self._collective(op, "ep", rank, name.split("/", 1)[1], nbytes,
-                                      dispatcher, self.recipe.dispatcher_sms,
-                                      self.expert_routing)
+        collective = self._collective(
+            op, "ep", rank, name.split("/", 1)[1], nbytes, dispatcher, self.recipe.dispatcher_sms,
+            self.expert_routing,
+            self.recipe.deepep_nvlink_efficiency if dispatcher == "deepep" else None)
         if collective is None:
             return after[0]
         host_sync = (sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
