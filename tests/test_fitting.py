@@ -23,10 +23,17 @@ def _synthetic_rows(tmp_path: Path) -> list[dict]:
     truth = DEFAULT_PARAMS
     for key, value in TRUE.items():
         truth = params_with(truth, key, value)
-    for row, result in zip(variants, validate_rows(variants, truth)):
-        row["measured_tokens_per_s_per_gpu"] = str(result.predicted_tokens_per_s_per_gpu)
+    return _measured_as_predicted(variants, truth, tmp_path / "synthetic.csv")
+
+
+def _measured_as_predicted(variants: list[dict], truth, path: Path,
+                           factors: tuple[float, ...] = ()) -> list[dict]:
+    """`variants` 'measured' at moesim's own tokens/s under `truth` (times `factors`, row by
+    row, where given), written to `path` and read back."""
+    results = validate_rows(variants, truth)
+    for row, result, factor in zip(variants, results, factors or (1.0,) * len(variants)):
+        row["measured_tokens_per_s_per_gpu"] = str(factor * result.predicted_tokens_per_s_per_gpu)
         row["measured_tflops_per_gpu"] = ""
-    path = tmp_path / "synthetic.csv"
     with path.open("w", newline="") as stream:
         writer = csv.DictWriter(stream, fieldnames=list(variants[0]))
         writer.writeheader()
@@ -52,15 +59,7 @@ def _rows_with_an_outlier(tmp_path: Path) -> list[dict]:
     variants = [dict(row), dict(row, tp="2", num_gpus="16", name="tp2"),
                 dict(row, mbs="2", gbs="128", name="mbs2")]
     truth = params_with(DEFAULT_PARAMS, "gemm_efficiency.hopper-bf16", 0.55)
-    for variant, result, factor in zip(variants, validate_rows(variants, truth), (1, 1, 1.5)):
-        variant["measured_tokens_per_s_per_gpu"] = str(
-            factor * result.predicted_tokens_per_s_per_gpu)
-    path = tmp_path / "outlier.csv"
-    with path.open("w", newline="") as stream:
-        writer = csv.DictWriter(stream, fieldnames=list(variants[0]))
-        writer.writeheader()
-        writer.writerows(variants)
-    return read_measurements(path)
+    return _measured_as_predicted(variants, truth, tmp_path / "outlier.csv", (1, 1, 1.5))
 
 
 def test_the_soft_l1_loss_keeps_one_outlier_from_pulling_the_fit(tmp_path):
