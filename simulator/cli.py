@@ -241,9 +241,8 @@ def _calibrate(args: argparse.Namespace) -> int:
     rows, held = _split_held_out(read_measurements(args.csv), args.hold_out)
     loss = _fit_loss(args)
 
-    def progress(evaluation: int, objective: float, rms: float) -> None:
-        print(f"evaluation {evaluation}: objective {objective:.4f}, rms log error {rms:.4f}",
-              file=sys.stderr)
+    def progress(evaluation: int, message: str) -> None:
+        print(f"evaluation {evaluation}: {message}", file=sys.stderr, flush=True)
 
     base = (load_calibration(args.rerun, field="start") if args.rerun
             else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)

@@ -238,10 +238,10 @@ class _Counter:
 def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAULT_FIT, *,
         base: CostParams = FIRST_PRINCIPLES, jobs: int = 1, max_evaluations: int = 40,
         loss: Loss = Loss(),
-        progress: Callable[[int, float, float], None] | None = None) -> FitResult:
+        progress: Callable[[int, str], None] | None = None) -> FitResult:
     """Robust least-squares fit of `parameters` (starting from `base`) to the rows'
-    measurements; `progress` hears (evaluations, objective, rms log error) at each
-    improvement."""
+    measurements; `progress` hears (evaluations so far, a one-line account of the latest)
+    after every evaluation."""
     lower = np.array([p.lower for p in parameters])
     upper = np.array([p.upper for p in parameters])
     width = upper - lower
@@ -260,12 +260,14 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     residual = first[~np.isnan(first)]
     failed = len(rows) - len(used)
     initial_rms, initial_objective = _rms(residual), loss.objective(residual)
-    if progress is not None:
-        progress(counter.calls, initial_objective, initial_rms)
+    tell = progress or (lambda evaluation, message: None)
+    tell(counter.calls, f"objective {initial_objective:.4f}, rms log error {initial_rms:.4f} "
+                        "(start)")
     scenarios = [_scenario_or_none(row) for row in used]
     touched = _touched_rows(parameters, scenarios, _with_values(base, parameters, x))
     short = [short_row(row, scenario) for row, scenario in zip(used, scenarios)]
     short_residual = errors(x, short)
+    tell(counter.calls, "short steps for the Jacobian")
     jacobian = np.zeros((len(used), len(parameters)))
     for column, indices in enumerate(touched):
         if indices.size == 0 or counter.calls >= max_evaluations:
@@ -276,6 +278,8 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
         probe[column] += step
         moved = errors(probe, [short[i] for i in indices])
         jacobian[indices, column] = (moved - short_residual[indices]) / step
+        tell(counter.calls, f"Jacobian column {column + 1} of {len(parameters)}, "
+                            f"{parameters[column].key} ({indices.size} rows)")
     damping = 1e-3
     final_results = [r for r in initial_results if r.status == "ok"]
     while counter.calls < max_evaluations and residual.size:
@@ -289,12 +293,13 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
             raise ValueError("calibrate: a row that ran at the start failed at trial values "
                              f"{dict(zip((p.key for p in parameters), x + step))}")
         jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
-        if loss.objective(trial) < loss.objective(residual):
+        kept = loss.objective(trial) < loss.objective(residual)
+        tell(counter.calls, f"objective {loss.objective(trial):.4f}, rms log error "
+                            f"{_rms(trial):.4f} (step {'kept' if kept else 'rejected'})")
+        if kept:
             improvement = loss.objective(residual) - loss.objective(trial)
             x, residual, damping = x + step, trial, damping / 3
             final_results = counter.results
-            if progress is not None:
-                progress(counter.calls, loss.objective(residual), _rms(residual))
             if improvement < 1e-5:
                 break
         else:

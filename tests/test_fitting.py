@@ -231,3 +231,16 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--start", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_calibrate_reports_every_evaluation_as_it_goes(tmp_path, capsys):
+    from simulator.cli import main
+
+    _synthetic_rows(tmp_path)
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(tmp_path / "c.yaml"),
+                 "--max-evaluations", "6", "--parameters", ",".join(TRUE)]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines()
+             if line.startswith("evaluation ")]
+    assert [int(line.split()[1].rstrip(":")) for line in lines] == list(range(1, 7))
+    assert lines[0].endswith("(start)") and "Jacobian column 2 of 2" in lines[3]
+    assert all(line.endswith(("(step kept)", "(step rejected)")) for line in lines[4:])
