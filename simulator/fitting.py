@@ -293,11 +293,10 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
             raise ValueError("calibrate: a row that ran at the start failed at trial values "
                              f"{dict(zip((p.key for p in parameters), x + step))}")
         jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
-        kept = loss.objective(trial) < loss.objective(residual)
+        improvement = loss.objective(residual) - loss.objective(trial)
         tell(counter.calls, f"objective {loss.objective(trial):.4f}, rms log error "
-                            f"{_rms(trial):.4f} (step {'kept' if kept else 'rejected'})")
-        if kept:
-            improvement = loss.objective(residual) - loss.objective(trial)
+                            f"{_rms(trial):.4f} (step {'kept' if improvement > 0 else 'rejected'})")
+        if improvement > 0:
             x, residual, damping = x + step, trial, damping / 3
             final_results = counter.results
             if improvement < 1e-5:
