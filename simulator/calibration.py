@@ -48,15 +48,24 @@ class CostParams:
     # GPU's special-function units, GPUSpec.exp_per_s): FlashAttention-3 reaches ~0.6 of the
     # H100's BF16 peak forward and ~0.45 backward at head dim 128; less the time of one
     # exponential per score each way at 3.9 T/s, the matmuls run at 0.85 and 0.49, 0.56 over
-    # forward and backward (backward has 2.5x the FLOPs). FP8 is taken at 0.9 of
-    # the BF16 share (no FP8 attention benchmark at hand).
-    # "window-*": sliding-window layers; cuDNN 9.27's GPT-OSS benchmark (128-token window,
-    # head dim 64) reaches 156-170 TFLOP/s forward and 178-187 backward on GB200, 0.07 of the
-    # 2,500 dense BF16 peak (NVIDIA/cudnn-frontend benchmark/attention_training/results); FP8
-    # brings those kernels no gain (their FP8 backward is slower still there): half at the
-    # FP8 peak.
+    # forward and backward (backward has 2.5x the FLOPs). Hopper FP8 is taken at 0.9 of the
+    # BF16 share (no FP8 backward benchmark at hand).
+    # Blackwell FP8: TE runs FP8 attention in MXFP8 under the MXFP8 recipe (MXFP8BlockScaling
+    # with fp8_dpa). cuDNN 9.27's DeepSeek-V3 benchmark (head dims 192/128, 128 heads, batch 2,
+    # 4,096 causal tokens) takes 0.696 + 2.549 ms fwd + bwd in MXFP8 on GB200 and
+    # 0.531 + 2.293 ms on GB300; less one exponential per score each way, its matmuls run at
+    # 0.403 and 0.397 of the FP8 peak. Its BF16 runs (1.004 + 3.354 ms and 0.815 + 3.107 ms)
+    # give 0.550 and 0.546, which confirms the BF16 share above
+    # (NVIDIA/cudnn-frontend benchmark/attention_training/results/dsv3, 2026-09-28).
+    # "window-*": sliding-window layers, whole kernels, their exponentials included; cuDNN
+    # 9.27's GPT-OSS benchmark (128-token window, head dim 64, 4,096 tokens) reaches 164 TFLOP/s
+    # forward and 183 backward in BF16 on GB200, 0.07 of the 2,500 dense BF16 peak; in MXFP8 its
+    # forward is no faster (168) and its backward 4.5x slower (41 TFLOP/s), 2.27 ms fwd + bwd
+    # against 0.67 in BF16: 0.0105 of the FP8 peak on GB200, 0.0118 on GB300 (2.02 ms), 0.011
+    # (same repository, results/gpt_oss, 2026-09-28).
     attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
-        {"bf16": 0.56, "fp8": 0.50, "window-bf16": 0.07, "window-fp8": 0.035}))
+        {"bf16": 0.56, "fp8": 0.50, "blackwell-fp8": 0.40, "blackwell-ultra-fp8": 0.40,
+         "window-bf16": 0.07, "window-fp8": 0.011}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
@@ -204,12 +213,33 @@ def calibration_entries(path: str | Path) -> dict[str, Any]:
     return {str(key): entry for key, entry in entries.items()}
 
 
+def calibration_fixed(path: str | Path) -> dict[str, float]:
+    """The `fixed` mapping (key -> value) of a file `moesim calibrate` wrote: the values a
+    partial refit held at its start file's, not fitted; empty if there is none."""
+    document = read_calibration_file(path)
+    fixed = document.get("fixed", {}) if isinstance(document, dict) else {}
+    if not isinstance(fixed, dict) or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) for v in fixed.values()):
+        raise ValueError(f"calibration {path}: key 'fixed' must be a mapping of key -> number")
+    return {str(key): float(value) for key, value in fixed.items()}
+
+
+def calibration_values(path: str | Path) -> dict[str, float]:
+    """Every value a file `moesim calibrate` wrote holds: its fixed ones and its fitted ones."""
+    entries = calibration_entries(path)
+    return {**calibration_fixed(path),
+            **{key: entry["value"] for key, entry in entries.items()
+               if isinstance(entry, dict) and "value" in entry}}
+
+
 def load_calibration(path: str | Path, base: CostParams | None = None,
                      field: str = "value") -> CostParams:
     """Cost parameters from a file `moesim calibrate` wrote, applied on top of `base`
-    (default: the first-principles values): each entry's fitted `value`, or with
-    field="start" the value that fit began at."""
+    (default: the first-principles values): its fixed values, then each fitted entry's
+    `value`, or with field="start" the value that fit began at."""
     params = FIRST_PRINCIPLES if base is None else base
+    for key, held in calibration_fixed(path).items():
+        params = params_with(params, key, held)
     for key, entry in calibration_entries(path).items():
         value = entry.get(field) if isinstance(entry, dict) else None
         if isinstance(value, bool) or not isinstance(value, (int, float)):

@@ -263,6 +263,42 @@ def test_sliding_window_layers_run_at_the_window_efficiency():
     assert long_window.kernel_class == KernelClass.ATTENTION
 
 
+@pytest.mark.parametrize("gpu_name, precision, measured_ms", [
+    ("gb200", "fp8", 0.696 + 2.549), ("gb300", "fp8", 0.531 + 2.293),
+    ("gb200", "bf16", 1.004 + 3.354), ("gb300", "bf16", 0.815 + 3.107)])
+def test_fused_attention_matches_cudnn_benchmark(gpu_name, precision, measured_ms):
+    """cuDNN 9.27's DeepSeek-V3 attention benchmark (batch 2, 4,096 causal tokens, MXFP8 or
+    BF16, forward + backward; NVIDIA/cudnn-frontend results/dsv3, 2026-09-28): the matmuls at
+    their efficiency plus the exponentials on the SFU give the measured time on both GPUs,
+    so GB300's faster SFU shows where it should."""
+    plan = ParallelPlan(num_gpus=8, tp=1, pp=1, ep=8, mbs=2, gbs=16, seq_len=4096)
+    recipe_ = recipe_with(recipe("megatron-defaults"), precision="mxfp8",
+                          fp8_attention=precision == "fp8")
+    core = attention_blocks(DSV3, plan, recipe_)["core_attn"]
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0)
+    gpu = gpu_spec(gpu_name)
+    seconds = compute_time_s(core.forward, gpu, params) + compute_time_s(core.backward, gpu,
+                                                                         params)
+    assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.03)
+
+
+def test_fp8_window_attention_runs_at_its_slow_measured_rate():
+    """cuDNN's MXFP8 sliding-window backward is 4.5x slower than BF16's, so FP8 attention
+    makes GPT-OSS's window layers slower, not faster: 2.27 / 0.67 ms on GB200 and 2.02 / 0.62
+    on GB300 (same benchmark, results/gpt_oss)."""
+    gpu = gpu_spec("gb200")
+    window = {fp8: attention_blocks(GPT_OSS, GPT_OSS_PLAN,
+                                    recipe_with(recipe("megatron-defaults"), precision="mxfp8",
+                                                fp8_attention=fp8),
+                                    0)["core_attn"] for fp8 in (False, True)}
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0)
+    seconds = {fp8: compute_time_s(w.forward, gpu, params) + compute_time_s(w.backward, gpu,
+                                                                            params)
+               for fp8, w in window.items()}
+    assert window[True].forward.kernel_class == KernelClass.WINDOW_ATTENTION
+    assert seconds[True] / seconds[False] == pytest.approx(3.3, rel=0.1)
+
+
 def test_the_2606_01_dbias_regression_slows_only_biased_fused_experts():
     fused = recipe("mbridge-26.06")
     regressed = recipe("mbridge-26.06.01")
