@@ -47,7 +47,8 @@ from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, result_document, trace_rows
 from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, calibration_entries,
-                                   load_calibration, read_calibration_file)
+                                   calibration_values, load_calibration,
+                                   read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, Loss, calibration_document,
                                fit)
 from simulator.validation import read_measurements, summarize, validate_rows
@@ -172,7 +173,9 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
                            help="fit only these of the default parameters")
     calibrate.add_argument("--start", metavar="FILE.yaml",
                            help="start from the values in a file `moesim calibrate` wrote "
-                                "(default: the first-principles values)")
+                                "(default: the first-principles values); the file's values "
+                                "that --parameters leaves out are held and written under "
+                                "`fixed`")
     calibrate.add_argument("--rerun", metavar="FILE.yaml",
                            help="fit the parameters of a file `moesim calibrate` wrote, "
                                 "beginning where that fit began (reproduces it with the same "
@@ -248,8 +251,13 @@ def _calibrate(args: argparse.Namespace) -> int:
             else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)
     result = fit(rows, parameters, base=base, jobs=args.jobs,
                  max_evaluations=args.max_evaluations, loss=loss, progress=progress)
+    fitted_keys = {p.key for p in parameters}
+    carried = args.start or args.rerun
+    fixed = ({key: value for key, value in calibration_values(carried).items()
+              if key not in fitted_keys} if carried else {})
     document = calibration_document(result, parameters, args.csv,
-                                    "moesim " + " ".join(sys.argv[1:]) if sys.argv else "")
+                                    "moesim " + " ".join(sys.argv[1:]) if sys.argv else "",
+                                    fixed)
     write_calibration(args.output, document)
     print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
                          "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",

@@ -25,7 +25,7 @@ import hashlib
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 from scipy.optimize import lsq_linear
@@ -330,8 +330,11 @@ def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, lowe
 
 
 def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...],
-                         data: str | Path, command: str) -> dict[str, Any]:
-    """What the calibration file records: the command, the data and its hash, the fit."""
+                         data: str | Path, command: str,
+                         fixed: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """What the calibration file records: the command, the data and its hash, the fit, and
+    the values (`fixed`) that a partial refit held where its start file had them."""
+    fixed_part = {"fixed": dict(fixed)} if fixed else {}
     return {
         "command": command, "data": Path(data).name,
         "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),
@@ -344,4 +347,5 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
                                "start": result.start_values[p.key],
                                "bounds": [p.lower, p.upper], "meaning": p.meaning}
                        for p in parameters},
+        **fixed_part,
     }

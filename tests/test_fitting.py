@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.calibration import DEFAULT_PARAMS, params_value, params_with
+from simulator.calibration import DEFAULT_PARAMS, load_calibration, params_value, params_with
 from simulator.fitting import FitParameter, Loss, fit
 from simulator.validation import read_measurements, validate_rows
 
@@ -231,6 +231,35 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--start", str(tmp_path / "missing.yaml")]) == 2
     assert "missing.yaml" in capsys.readouterr().err
+
+
+def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
+    from simulator.cli import main
+    import yaml
+
+    _synthetic_rows(tmp_path)
+    first, *others = TRUE
+    start = tmp_path / "start.yaml"
+    start.write_text("parameters:\n" + "".join(
+        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items())
+        + "fixed:\n  host_launch_s: 2.0e-05\n")
+    out, again = tmp_path / "partial.yaml", tmp_path / "again.yaml"
+    common = [str(tmp_path / "synthetic.csv"), "--max-evaluations", "2"]
+    assert main(["calibrate", *common, "-o", str(out), "--parameters", first,
+                 "--start", str(start)]) == 0
+    written = yaml.safe_load(out.read_text())
+    assert list(written["parameters"]) == [first]
+    assert written["fixed"] == {**{key: TRUE[key] for key in others}, "host_launch_s": 2e-5}
+    loaded = load_calibration(out)
+    for key in others:
+        assert params_value(loaded, key) == pytest.approx(TRUE[key])
+    assert loaded.host_launch_s == pytest.approx(2e-5)
+    assert main(["calibrate", *common, "-o", str(again), "--rerun", str(out)]) == 0
+    capsys.readouterr()
+    assert yaml.safe_load(again.read_text())["fixed"] == written["fixed"]
+    out.write_text("parameters: {}\nfixed: {host_launch_s: fast}\n")
+    with pytest.raises(ValueError, match="'fixed' must be a mapping of key -> number"):
+        load_calibration(out)
 
 
 def test_calibrate_reports_every_evaluation_as_it_goes(tmp_path, capsys):
