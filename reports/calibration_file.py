@@ -1,5 +1,6 @@
 """The calibration file `moesim calibrate` writes: each fitted parameter with its value,
-bounds and meaning, the command, the data's SHA-256 and the fit's error before and after."""
+bounds and meaning, the values a partial refit held (`fixed`), the command, the data's SHA-256
+and the fit's error before and after."""
 
 from __future__ import annotations
 
@@ -16,5 +17,5 @@ HEADER = ("# moesim calibration: global cost-model parameters fitted by `moesim 
 
 def write_calibration(path: str | Path, document: Mapping[str, Any]) -> None:
     """`document`: command, data, data_sha256, rows_used, rows_failed, rms_log_error,
-    parameters (key -> value, bounds, meaning)."""
+    parameters (key -> value, bounds, meaning), optionally fixed (key -> value, meaning)."""
     write_text(path, HEADER + yaml.safe_dump(dict(document), sort_keys=False, width=100))

@@ -214,14 +214,19 @@ def calibration_entries(path: str | Path) -> dict[str, Any]:
 
 
 def calibration_fixed(path: str | Path) -> dict[str, float]:
-    """The `fixed` mapping (key -> value) of a file `moesim calibrate` wrote: the values a
-    partial refit held at its start file's, not fitted; empty if there is none."""
+    """The `fixed` mapping (key -> {value, meaning}) of a file `moesim calibrate` wrote, as
+    key -> value: the values a partial refit held at its start file's, not fitted; empty if
+    there is none."""
     document = read_calibration_file(path)
     fixed = document.get("fixed", {}) if isinstance(document, dict) else {}
-    if not isinstance(fixed, dict) or any(
-            isinstance(v, bool) or not isinstance(v, (int, float)) for v in fixed.values()):
-        raise ValueError(f"calibration {path}: key 'fixed' must be a mapping of key -> number")
-    return {str(key): float(value) for key, value in fixed.items()}
+    values: dict[str, Any] = ({str(key): entry.get("value") if isinstance(entry, dict) else None
+                               for key, entry in fixed.items()} if isinstance(fixed, dict) else {})
+    numbers = {key: float(v) for key, v in values.items()
+               if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    if not isinstance(fixed, dict) or len(numbers) < len(values):
+        raise ValueError(f"calibration {path}: key 'fixed' must be a mapping of "
+                         "key -> {value: number}")
+    return numbers
 
 
 def calibration_values(path: str | Path) -> dict[str, float]:

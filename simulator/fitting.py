@@ -334,7 +334,9 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
                          fixed: Mapping[str, float] | None = None) -> dict[str, Any]:
     """What the calibration file records: the command, the data and its hash, the fit, and
     the values (`fixed`) that a partial refit held where its start file had them."""
-    fixed_part = {"fixed": dict(fixed)} if fixed else {}
+    meanings = {p.key: p.meaning for p in DEFAULT_FIT}
+    fixed_part = {"fixed": {key: {"value": value, "meaning": meanings.get(key, "")}
+                            for key, value in fixed.items()}} if fixed else {}
     return {
         "command": command, "data": Path(data).name,
         "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),

@@ -242,14 +242,16 @@ def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
     start = tmp_path / "start.yaml"
     start.write_text("parameters:\n" + "".join(
         f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items())
-        + "fixed:\n  host_launch_s: 2.0e-05\n")
+        + "fixed:\n  host_launch_s: {value: 2.0e-05}\n")
     out, again = tmp_path / "partial.yaml", tmp_path / "again.yaml"
     common = [str(tmp_path / "synthetic.csv"), "--max-evaluations", "2"]
     assert main(["calibrate", *common, "-o", str(out), "--parameters", first,
                  "--start", str(start)]) == 0
     written = yaml.safe_load(out.read_text())
     assert list(written["parameters"]) == [first]
-    assert written["fixed"] == {**{key: TRUE[key] for key in others}, "host_launch_s": 2e-5}
+    held = {key: entry["value"] for key, entry in written["fixed"].items()}
+    assert held == {**{key: TRUE[key] for key in others}, "host_launch_s": 2e-5}
+    assert "x86 host" in written["fixed"]["host_launch_s"]["meaning"]
     loaded = load_calibration(out)
     for key in others:
         assert params_value(loaded, key) == pytest.approx(TRUE[key])
@@ -257,8 +259,8 @@ def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
     assert main(["calibrate", *common, "-o", str(again), "--rerun", str(out)]) == 0
     capsys.readouterr()
     assert yaml.safe_load(again.read_text())["fixed"] == written["fixed"]
-    out.write_text("parameters: {}\nfixed: {host_launch_s: fast}\n")
-    with pytest.raises(ValueError, match="'fixed' must be a mapping of key -> number"):
+    out.write_text("parameters: {}\nfixed: {host_launch_s: {value: fast}}\n")
+    with pytest.raises(ValueError, match="'fixed' must be a mapping of key -> {value: number}"):
         load_calibration(out)
 
 
