@@ -202,10 +202,7 @@ def read_calibration_file(path: str | Path) -> Any:
             from None
 
 
-def calibration_entries(path: str | Path) -> dict[str, Any]:
-    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of a file `moesim
-    calibrate` wrote."""
-    document = read_calibration_file(path)
+def _entries(document: Any, path: str | Path) -> dict[str, Any]:
     entries = document.get("parameters") if isinstance(document, dict) else None
     if not isinstance(entries, dict):
         raise ValueError(f"calibration {path}: key 'parameters' must be a mapping of "
@@ -213,44 +210,50 @@ def calibration_entries(path: str | Path) -> dict[str, Any]:
     return {str(key): entry for key, entry in entries.items()}
 
 
-def calibration_fixed(path: str | Path) -> dict[str, float]:
-    """The `fixed` mapping (key -> {value, meaning}) of a file `moesim calibrate` wrote, as
-    key -> value: the values a partial refit held at its start file's, not fitted; empty if
-    there is none."""
+def calibration_entries(path: str | Path) -> dict[str, Any]:
+    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of a file `moesim
+    calibrate` wrote."""
+    return _entries(read_calibration_file(path), path)
+
+
+def _entry_value(entry: Any, name: str) -> Any:
+    return entry.get(name) if isinstance(entry, dict) else None
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def calibration_values(path: str | Path, field: str = "value") -> dict[str, float]:
+    """Every value a file `moesim calibrate` wrote holds, key -> number: its `fixed` ones (those
+    a partial refit held at its start file's), then each fitted entry's `value`, or with
+    field="start" the value that fit began at."""
     document = read_calibration_file(path)
     fixed = document.get("fixed", {}) if isinstance(document, dict) else {}
-    values: dict[str, Any] = ({str(key): entry.get("value") if isinstance(entry, dict) else None
-                               for key, entry in fixed.items()} if isinstance(fixed, dict) else {})
-    numbers = {key: float(v) for key, v in values.items()
-               if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    if not isinstance(fixed, dict) or len(numbers) < len(values):
+    held = {str(key): _entry_value(entry, "value")
+            for key, entry in (fixed.items() if isinstance(fixed, dict) else ())}
+    wrong = [f"fixed.{key}.value={value!r}" for key, value in held.items()
+             if not _is_number(value)]
+    if not isinstance(fixed, dict) or wrong:
         raise ValueError(f"calibration {path}: key 'fixed' must be a mapping of "
-                         "key -> {value: number}")
-    return numbers
-
-
-def calibration_values(path: str | Path) -> dict[str, float]:
-    """Every value a file `moesim calibrate` wrote holds: its fixed ones and its fitted ones."""
-    entries = calibration_entries(path)
-    return {**calibration_fixed(path),
-            **{key: entry["value"] for key, entry in entries.items()
-               if isinstance(entry, dict) and "value" in entry}}
+                         f"key -> {{value: number}}{', not ' + wrong[0] if wrong else ''}")
+    values = {key: float(value) for key, value in held.items()}
+    for key, entry in _entries(document, path).items():
+        value = _entry_value(entry, field)
+        if not _is_number(value):
+            raise ValueError(f"calibration {path}: parameters.{key}.{field}={value!r} must be "
+                             "a number")
+        values[key] = float(value)
+    return values
 
 
 def load_calibration(path: str | Path, base: CostParams | None = None,
                      field: str = "value") -> CostParams:
-    """Cost parameters from a file `moesim calibrate` wrote, applied on top of `base`
-    (default: the first-principles values): its fixed values, then each fitted entry's
-    `value`, or with field="start" the value that fit began at."""
+    """Cost parameters from a file `moesim calibrate` wrote (`calibration_values`), applied on
+    top of `base` (default: the first-principles values)."""
     params = FIRST_PRINCIPLES if base is None else base
-    for key, held in calibration_fixed(path).items():
-        params = params_with(params, key, held)
-    for key, entry in calibration_entries(path).items():
-        value = entry.get(field) if isinstance(entry, dict) else None
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"calibration {path}: parameters.{key}.{field}={value!r} must be "
-                             "a number")
-        params = params_with(params, key, float(value))
+    for key, value in calibration_values(path, field).items():
+        params = params_with(params, key, value)
     return params
 
 
