@@ -2,10 +2,11 @@
 
 Each simulated rank has a host lane (the CPU launching kernels in program order), a compute
 lane and one lane per kind of communication. A task starts when its dependencies are done, the
-host has launched it and its lane is free (lanes serve the lowest task id first). A collective
-starts when every simulated member has arrived and ends when the fluid network has moved its
-bytes. A member waiting for the others holds its lane, unless a task with a lower id asks for
-that lane first: it then steps back and queues again, so that ranks whose timelines differ (an
+host has launched it and its lane is free (the host launches a rank's tasks in program order,
+`Task.position`, and lanes serve the earliest in it first). A collective starts when every
+simulated member has arrived and ends when the fluid network has moved its bytes. A member
+waiting for the others holds its lane, unless a task earlier in program order asks for that
+lane first: it then steps back and queues again, so that ranks whose timelines differ (an
 unfolded straggler) never wait on each other. While a collective whose kernels hold SMs is in
 flight, compute on that GPU progresses at (sm_count - held) / sm_count of its full speed. A
 straggler's compute takes `compute_slowdown[rank]` times as long.
@@ -117,7 +118,7 @@ class _Replay:
         self.sm = {rank: _SMShare(self.env, topology.gpu.sm_count)
                    for rank in graph.simulated_ranks}
         self.arrivals: dict[str, list[simpy.Event]] = defaultdict(list)
-        # (rank, lane) -> (task id, preempt event) of a collective holding the lane, waiting
+        # (rank, lane) -> (position, preempt event) of a collective holding the lane, waiting
         self.waiting: dict[tuple[int, Lane], tuple[int, simpy.Event]] = {}
         self.planner = CollectivePlanner(topology, params)
         self.network = FluidNetwork(
@@ -143,7 +144,7 @@ class _Replay:
             by_rank[task.rank].append(task)
             self.env.process(self._task(task))
         for tasks in by_rank.values():
-            self.env.process(self._host(tasks))
+            self.env.process(self._host(sorted(tasks, key=lambda t: t.position)))
         self.env.run()
         unfinished = [t.name for t in self.graph.tasks if not self.done[t.id].triggered]
         if unfinished:
@@ -155,6 +156,8 @@ class _Replay:
     def _host(self, tasks: list[Task]) -> Generator[simpy.Event, None, None]:
         """The CPU of one rank: launches tasks in program order, waits at host syncs."""
         for task in tasks:
+            if task.host_sync:
+                yield self.env.all_of([self.done[d] for d in task.deps])
             if task.work is not None:
                 issue_s = host_issue_s(task.work.kernels, task.work.graphed, self.params)
             else:
@@ -165,8 +168,6 @@ class _Replay:
                 yield self.env.timeout(issue_s)
             self.issued_s[task.id] = self.env.now
             self.issued[task.id].succeed()
-            if task.host_sync:
-                yield self.done[task.id]
 
     def _task(self, task: Task) -> Generator[simpy.Event, None, None]:
         yield self.env.all_of([self.done[d] for d in task.deps] + [self.issued[task.id]])
@@ -174,7 +175,7 @@ class _Replay:
             yield from self._joint(task, task.collective)
             return
         self._preempt_waiting(task)
-        with self._lane(task.rank, task.lane).request(priority=task.id) as request:
+        with self._lane(task.rank, task.lane).request(priority=task.position) as request:
             yield request
             start_s = self.env.now
             if task.work is not None:
@@ -190,17 +191,17 @@ class _Replay:
 
     def _joint(self, task: Task, collective: Collective) -> Generator[simpy.Event, None, None]:
         """A collective of several simulated ranks: hold the lane while waiting for the others,
-        unless a task launched earlier on this lane (lower id) asks for it before they come."""
+        unless a task earlier in program order asks for it before they come."""
         lane = self._lane(task.rank, task.lane)
         while True:
             self._preempt_waiting(task)
-            with lane.request(priority=task.id) as request:
+            with lane.request(priority=task.position) as request:
                 yield request
                 start_s = self.env.now
                 finished = self._arrive(collective)
                 if collective.key in self.arrivals:
                     preempted = self.env.event()
-                    self.waiting[task.rank, task.lane] = (task.id, preempted)
+                    self.waiting[task.rank, task.lane] = (task.position, preempted)
                     yield finished | preempted
                     del self.waiting[task.rank, task.lane]
                     if self._withdraw(collective.key, finished):
@@ -214,7 +215,7 @@ class _Replay:
         """Free this lane from a collective still waiting for its members if `task` came
         first in program order: it runs first, and no two ranks wait on each other."""
         holder = self.waiting.get((task.rank, task.lane))
-        if holder is not None and holder[0] > task.id and not holder[1].triggered:
+        if holder is not None and holder[0] > task.position and not holder[1].triggered:
             holder[1].succeed()
 
     def _withdraw(self, key: str, finished: simpy.Event) -> bool:

@@ -203,12 +203,13 @@ def test_an_all_reduce_pays_the_collective_overhead_once(toy_topology, ideal_par
 # --- the host ------------------------------------------------------------------------------
 
 def _two_tasks(compute, *, kernels: tuple[int, int], graphed: bool,
-               sync_first: bool = False) -> GraphBuilder:
+               sync_second: bool = False) -> GraphBuilder:
     g = GraphBuilder()
     g.add("first", rank=0, lane=Lane.COMPUTE, category="compute",
-          work=compute(1.0, kernels=kernels[0], graphed=graphed), host_sync=sync_first)
-    g.add("second", rank=0, lane=Lane.COMPUTE, category="compute",
-          work=compute(1.0, kernels=kernels[1], graphed=graphed))
+          work=compute(1.0, kernels=kernels[0], graphed=graphed))
+    g.add("second", after=("first",) if sync_second else (), rank=0, lane=Lane.COMPUTE,
+          category="compute", work=compute(1.0, kernels=kernels[1], graphed=graphed),
+          host_sync=sync_second)
     return g
 
 
@@ -233,15 +234,16 @@ def test_cuda_graphs_remove_the_host_launch_delay(toy_topology, ideal_params, co
     assert _span(records["second"]) == _approx(1.0, 2.0)
 
 
-def test_a_host_sync_makes_the_host_wait_for_the_task(toy_topology, ideal_params, compute):
+def test_a_host_sync_makes_the_host_wait_for_the_tasks_inputs(
+        toy_topology, ideal_params, compute):
     # Without the sync "second" (1 kernel) is issued at 0.75 and runs when the lane frees at
-    # 1.5; with it the host waits for "first" to end at 1.5, then launches at 1.75.
+    # 1.5; with it the host waits for its input "first" to end at 1.5, then launches at 1.75.
     params = replace(ideal_params, host_launch_s=0.25)
     free = _run(_two_tasks(compute, kernels=(2, 1), graphed=False), toy_topology(),
                 params, (0,))
     assert free["second"].issued_s == pytest.approx(0.75, rel=EXACT)
     assert _span(free["second"]) == _approx(1.5, 2.5)
-    synced = _run(_two_tasks(compute, kernels=(2, 1), graphed=False, sync_first=True),
+    synced = _run(_two_tasks(compute, kernels=(2, 1), graphed=False, sync_second=True),
                   toy_topology(), params, (0,))
     assert _span(synced["first"]) == _approx(0.5, 1.5)
     assert synced["second"].issued_s == pytest.approx(1.75, rel=EXACT)

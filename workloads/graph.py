@@ -120,8 +120,11 @@ class Collective:
 class Task:
     """One node of the graph. `category` names the breakdown bucket its time goes to.
 
-    `host_sync`: the CPU waits for this task to finish before it launches anything after it
-    (a device-to-host copy of token counts, as dropless MoE without static shapes needs).
+    `host_sync`: the CPU waits for this task's dependencies to finish before it launches it
+    (it reads their result on the host: the token counts per expert that dropless MoE without
+    static shapes copies back before launching the experts). `position`: the task's place in
+    its rank's program order, the order the graph builder received it in (ids are a
+    topological order of all ranks' tasks, which a dependency on another rank can reorder).
     """
 
     id: int
@@ -135,6 +138,7 @@ class Task:
     microbatch: int = -1
     chunk: int = -1
     host_sync: bool = False
+    position: int = 0
 
     def __post_init__(self) -> None:
         if (self.work is None) == (self.collective is None):
@@ -203,8 +207,10 @@ class GraphBuilder:
               gpus_per_rank: tuple[int, ...] = ()) -> TaskGraph:
         order = self._topological_order()
         ids = {name: i for i, name in enumerate(order)}
+        positions = {name: i for i, name in enumerate(self._fields)}
         tasks = tuple(Task(id=ids[name], name=name,
                            deps=tuple(sorted(ids[d] for d in self._deps[name])),
+                           position=positions[name],
                            **self._fields[name])  # type: ignore[arg-type]
                       for name in order)
         return TaskGraph(tasks, simulated_ranks, gpus_per_rank)

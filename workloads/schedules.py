@@ -6,10 +6,23 @@ interleaved 1F1B (vpp > 1) runs (pp - r - 1) * 2 + (vpp - 1) * pp, then alternat
 and one backward, then drains. In the interleaved order the k-th forward touches chunk
 (k mod pp*vpp) // pp and micro batch (k // (pp*vpp)) * pp + k mod pp; backwards walk the chunks
 in reverse. The bubble is about (pp - 1) / (vpp * m) of the step for m micro batches.
+
+With EP all-to-all overlap (1F1B A2A overlap) every rank runs one more warm-up forward
+(Megatron-LM megatron/core/pipeline_parallel/schedules.py: `num_warmup_microbatches += 1`
+under `overlap_moe_expert_parallel_comm`), so that each steady-state step pairs the forward
+of one micro batch with the backward of another: without it the last stage (and every rank
+when pp = 1) pairs a forward with its own backward, which cannot start before it ends. With
+pp = 1 this is Megatron's combined 1F1B: forward 0 alone, then forward k+1 with backward k.
+The extra forward does not raise the activation peak by a micro batch: the paired forward
+and backward run layer by layer against each other, the one storing a layer's activations as
+the other frees one (simulator.memory counts the plain schedule's in-flight micro batches).
+`interleave` adds the tasks of such a pair in Megatron's per-layer order
+(COMBINED_1F1B_ORDER).
 """
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 
 
@@ -40,26 +53,62 @@ def _backward_unit(k: int, pp: int, vpp: int) -> Unit:
     return Unit("B", (k // group) * pp + k % pp, vpp - 1 - (k % group) // pp)
 
 
-def warmup_forwards(pp_rank: int, pp: int, vpp: int, num_microbatches: int) -> int:
+def warmup_forwards(pp_rank: int, pp: int, vpp: int, num_microbatches: int,
+                    a2a_overlap: bool = False) -> int:
     """How many forwards rank `pp_rank` runs before its first backward."""
     total = num_microbatches * vpp
-    if vpp == 1:
-        return min(pp - pp_rank - 1, total)
-    return min((pp - pp_rank - 1) * 2 + (vpp - 1) * pp, total)
+    plain = pp - pp_rank - 1 if vpp == 1 else (pp - pp_rank - 1) * 2 + (vpp - 1) * pp
+    return min(plain + int(a2a_overlap), total)
 
 
-def one_f_one_b(pp_rank: int, pp: int, vpp: int, num_microbatches: int) -> RankSchedule:
-    """The (interleaved, when vpp > 1) 1F1B order of rank `pp_rank`."""
+def one_f_one_b(pp_rank: int, pp: int, vpp: int, num_microbatches: int,
+                a2a_overlap: bool = False) -> RankSchedule:
+    """The (interleaved, when vpp > 1) 1F1B order of rank `pp_rank`; `a2a_overlap` adds the
+    warm-up forward that lets each steady-state forward and backward pair overlap."""
     if not 0 <= pp_rank < pp:
         raise ValueError(f"pp_rank={pp_rank}: must be in [0, {pp})")
     if vpp > 1 and num_microbatches % pp:
         raise ValueError(f"num_microbatches={num_microbatches}: interleaved 1F1B needs a "
                          f"multiple of pp={pp}")
     total = num_microbatches * vpp
-    warmup = warmup_forwards(pp_rank, pp, vpp, num_microbatches)
+    warmup = warmup_forwards(pp_rank, pp, vpp, num_microbatches, a2a_overlap)
     units = [_forward_unit(k, pp, vpp) for k in range(warmup)]
     for k in range(total - warmup):
         units.append(_forward_unit(warmup + k, pp, vpp))
         units.append(_backward_unit(k, pp, vpp))
     units.extend(_backward_unit(k, pp, vpp) for k in range(total - warmup, total))
     return RankSchedule(tuple(units), warmup)
+
+
+# The tasks of a unit, added one layer phase per step (workloads.step); the generator returns
+# the name of the unit's last compute task. Every layout symbol takes LAYER_PHASES steps.
+Segments = Generator[None, None, str]
+LAYER_PHASES = 3
+# Which unit of a steady-state (forward, backward) pair adds its next phase, per layer pair.
+COMBINED_1F1B_ORDER = "BFFBFB"
+
+
+def drain(unit: Segments) -> str:
+    """Add all of a unit's tasks; return its last."""
+    while True:
+        try:
+            next(unit)
+        except StopIteration as finished:
+            return finished.value
+
+
+def interleave(forward: Segments, backward: Segments) -> tuple[str, str]:
+    """Add a pair's tasks phase by phase in COMBINED_1F1B_ORDER (a unit with more layers
+    finishes alone); return the last task of each."""
+    units, ends = {"F": forward, "B": backward}, {}
+    step = 0
+    while units:
+        phase = COMBINED_1F1B_ORDER[step % len(COMBINED_1F1B_ORDER)]
+        step += 1
+        if phase in units:
+            try:
+                next(units[phase])
+            except StopIteration as finished:
+                ends[phase] = finished.value
+                del units[phase]
+    return ends["F"], ends["B"]

@@ -15,8 +15,14 @@ ranks standing for those classes all take part in it. One class is the folded st
 per position the unfolded one.
 
 Ordering on a rank: a unit starts when the previous unit's compute is done. With 1F1B
-all-to-all overlap, the forward and backward of a steady-state pair start together and their
-tasks interleave on the lanes, so one's all-to-all hides under the other's compute.
+all-to-all overlap, the forward and backward of a steady-state pair start together, and their
+layers are issued against each other in the order of Megatron's combined 1F1B
+(megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
+per layer pair, backward combine | forward attention | forward dispatch | backward experts
+and dispatch | forward experts and combine | backward attention. Program order is task order
+(the host launches in it, the lanes serve it), so one's all-to-all hides under the other's
+compute, and the host sync before the forward experts (their token counts) comes after the
+backward experts are already launched.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_
 from workloads.position_classes import position_classes
 from workloads.recipes import NCCL_DISPATCHERS, Recipe, static_expert_shapes
 from workloads.routing import dispatch_copies_per_token, routing_of
-from workloads.schedules import Unit, one_f_one_b
+from workloads.schedules import (LAYER_PHASES, Segments, Unit, drain, interleave,
+                                 one_f_one_b)
 from workloads.step_params import chunk_params, rank_params
 
 ATTENTION_BLOCKS = ("norms", "attn_proj", "core_attn")
@@ -142,30 +149,30 @@ class _Step:
     # --- one rank -----------------------------------------------------------------------
     def _rank(self, rank: int) -> None:
         schedule = one_f_one_b(stage_of(self.plan, rank), self.plan.pp, self.plan.vpp,
-                               self.plan.num_microbatches)
+                               self.plan.num_microbatches, self.recipe.a2a_overlap)
         gathers = self._param_gathers_at_start(rank)
-        overlap, warmup = self.recipe.a2a_overlap, schedule.warmup
-        pairs_end = warmup + 2 * (len(schedule.units) // 2 - warmup)
+        units, warmup = schedule.units, schedule.warmup
+        pairs = set(range(warmup, len(units) - warmup, 2)) if self.recipe.a2a_overlap else set()
         gate: tuple[str, ...] = ()
-        pair_start, first_end, previous = gate, "", gate
+        previous, index = gate, 0
         last_backward: dict[int, str] = {}
-        for index, unit in enumerate(schedule.units):
-            second_of_pair = overlap and warmup <= index < pairs_end and (index - warmup) % 2
-            start = pair_start if second_of_pair else gate
-            end = self._unit(rank, unit, start, gathers, previous)
-            previous = start
-            if second_of_pair:
-                gate = (first_end, end)
+        while index < len(units):
+            ends: tuple[str, ...]
+            if index in pairs:
+                done = units[index:index + 2]
+                ends = interleave(self._unit(rank, done[0], gate, gathers, previous),
+                                  self._unit(rank, done[1], gate, gathers, gate))
             else:
-                first_end = end
-                pair_start, gate = gate, (end,)
-            if unit.phase == "B":
-                last_backward[unit.chunk] = end
+                done = units[index:index + 1]
+                ends = (drain(self._unit(rank, done[0], gate, gathers, previous)),)
+            previous, gate, index = gate, ends, index + len(done)
+            last_backward.update((u.chunk, end) for u, end in zip(done, ends) if u.phase == "B")
         self._step_tail(rank, last_backward, gathers)
 
     def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...], gathers: dict[int, str],
-              prefetch_after: tuple[str, ...]) -> str:
-        """Add the tasks of one unit; return the name of its last compute task.
+              prefetch_after: tuple[str, ...]) -> Segments:
+        """Add the tasks of one unit, a layer phase at a time; return the name of its last
+        compute task.
 
         With FSDP the unit's parameters are gathered first (prefetched as soon as the unit
         before it starts) and its gradients reduce-scattered after a backward."""
@@ -186,7 +193,7 @@ class _Step:
             if virtual < len(self.stages) - 1:
                 after.append(f"{self._pp_peer(rank, 1)}/B{unit.microbatch}/v{virtual + 1}/send")
             symbols = tuple(reversed(self.stages[virtual]))
-        last = self._symbols(rank, unit, prefix, symbols, tuple(after))
+        last = yield from self._symbols(rank, unit, prefix, symbols, tuple(after))
         end = self.g.add(f"{prefix}/end", after=(last,), rank=rank, lane=Lane.COMPUTE,
                          category="compute", work=_EMPTY, microbatch=unit.microbatch,
                          chunk=unit.chunk)
@@ -234,13 +241,13 @@ class _Step:
 
     # --- layers -------------------------------------------------------------------------
     def _symbols(self, rank: int, unit: Unit, prefix: str, symbols: tuple[str, ...],
-                 after: tuple[str, ...]) -> str:
+                 after: tuple[str, ...]) -> Segments:
         layer = self._first_layer(unit.chunk * self.plan.pp + stage_of(self.plan, rank))
         numbers = self._layer_numbers(symbols, layer, unit.phase)
         last = after
         for position, (symbol, number) in enumerate(zip(symbols, numbers)):
-            last = (self._symbol(rank, unit, f"{prefix}/{position}{symbol}", symbol, number,
-                                 last),)
+            last = ((yield from self._symbol(rank, unit, f"{prefix}/{position}{symbol}", symbol,
+                                             number, last)),)
         return last[0]
 
     def _first_layer(self, virtual: int) -> int:
@@ -256,35 +263,59 @@ class _Step:
         return numbers if phase == "F" else numbers[::-1]
 
     def _symbol(self, rank: int, unit: Unit, name: str, symbol: str, layer: int,
-                after: tuple[str, ...]) -> str:
-        if symbol == "E":
-            return self._compute(rank, unit, f"{name}.embedding", self.heads["embedding"],
-                                 after)
-        if symbol == "L":
-            tail = self._compute(rank, unit, f"{name}.logits", self.heads["logits"], after)
-            return self._compute(rank, unit, f"{name}.loss", self.heads["loss"], (tail,))
+                after: tuple[str, ...]) -> Segments:
+        """One symbol of the layout in its LAYER_PHASES phases (embedding, logits and loss
+        all in the first)."""
+        if symbol in "EL":
+            last = (self._compute(rank, unit, f"{name}.embedding", self.heads["embedding"],
+                                  after) if symbol == "E" else
+                    self._compute(rank, unit, f"{name}.loss", self.heads["loss"], (
+                        self._compute(rank, unit, f"{name}.logits", self.heads["logits"],
+                                      after),)))
+            for _ in range(LAYER_PHASES):
+                yield
+            return last
         if symbol == "m":
-            return self._mtp(rank, unit, name, after)
-        return self._layer(rank, unit, name, self.model.is_moe_layer(layer), layer, after)
+            return (yield from self._mtp(rank, unit, name, after))
+        return (yield from self._layer(rank, unit, name, self.model.is_moe_layer(layer), layer,
+                                       after))
 
-    def _mtp(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+    def _mtp(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> Segments:
         forward = unit.phase == "F"
         steps = [("proj", "mtp_proj"), ("layer", None), ("logits", "logits"), ("loss", "loss")]
         last = after
         for label, block in (steps if forward else steps[::-1]):
             if block is None:
-                last = (self._layer(rank, unit, f"{name}.{label}", self.model.mtp_is_moe,
-                                    self.model.num_layers, last),)
+                last = ((yield from self._layer(rank, unit, f"{name}.{label}",
+                                                self.model.mtp_is_moe, self.model.num_layers,
+                                                last)),)
             else:
                 last = (self._compute(rank, unit, f"{name}.{label}", self.heads[block], last),)
         return last[0]
 
     def _layer(self, rank: int, unit: Unit, name: str, moe: bool, layer: int,
-               after: tuple[str, ...]) -> str:
-        ffn = self._moe if moe else self._dense
+               after: tuple[str, ...]) -> Segments:
+        """A transformer layer, yielding after each of Megatron's combined-1F1B phases
+        (LAYER_PHASES): forward attention and router | dispatch | experts and combine;
+        backward combine | experts and dispatch | router and attention. A dense layer's MLP
+        takes the experts' phase."""
         if unit.phase == "F":
-            return ffn(rank, unit, name, (self._attention(rank, unit, name, layer, after),))
-        return self._attention(rank, unit, name, layer, (ffn(rank, unit, name, after),))
+            last = self._attention(rank, unit, name, layer, after)
+            if moe:
+                return (yield from self._moe_forward(rank, unit, name, (last,)))
+            yield
+            yield
+            last = self._dense(rank, unit, name, (last,))
+        else:
+            if moe:
+                last = yield from self._moe_backward(rank, unit, name, after)
+            else:
+                yield
+                last = self._dense(rank, unit, name, after)
+                yield
+            last = self._attention(rank, unit, name, layer, (last,))
+        yield
+        return last
 
     def _attention_blocks(self, layer: int) -> dict[str, blk.BlockWork]:
         """The attention blocks of `layer`; sliding-window layers cost less than full ones."""
@@ -311,32 +342,39 @@ class _Step:
         last = (self._compute(rank, unit, f"{name}.mlp", self.mlp, last),)
         return self._tp(rank, unit, f"{name}.mlp.rs", Op.REDUCE_SCATTER, last)[0]
 
-    def _moe(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
-        forward = unit.phase == "F"
+    def _moe_forward(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> Segments:
         m = self.moe
-        if forward:
-            router = self._compute(rank, unit, f"{name}.router", m["router"], after)
-            shared_first = "shared_expert" in m and self.recipe.shared_expert_overlap
-            dispatch = self._a2a(rank, unit, f"{name}.dispatch", (router,), sync=True)
-            experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (dispatch,))
-            combine = self._a2a(rank, unit, f"{name}.combine", (experts,))
-            out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], (combine,))
-            if "shared_expert" not in m:
-                return out
-            shared_after = (router,) if shared_first else (out,)
+        router = self._compute(rank, unit, f"{name}.router", m["router"], after)
+        yield
+        dispatch = self._a2a(rank, unit, f"{name}.dispatch", (router,))
+        yield
+        sync = (dispatch != router and self.recipe.cuda_graphs != "full"
+                and not static_expert_shapes(self.recipe))
+        experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (dispatch,),
+                                host_sync=sync)
+        combine = self._a2a(rank, unit, f"{name}.combine", (experts,))
+        out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], (combine,))
+        if "shared_expert" in m:
+            shared_after = (router,) if self.recipe.shared_expert_overlap else (out,)
             shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
                                    shared_after)
-            return self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
+            out = self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
+        yield
+        return out
+
+    def _moe_backward(self, rank: int, unit: Unit, name: str,
+                      after: tuple[str, ...]) -> Segments:
+        m = self.moe
         out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], after)
         combine = self._a2a(rank, unit, f"{name}.combine", (out,))
+        yield
         experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (combine,))
-        dispatch = self._a2a(rank, unit, f"{name}.dispatch", (experts,))
-        tail = [dispatch]
+        tail = [self._a2a(rank, unit, f"{name}.dispatch", (experts,))]
         if "shared_expert" in m:
             tail.append(self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
                                       after))
-        router = self._compute(rank, unit, f"{name}.router", m["router"], tuple(tail))
-        return router
+        yield
+        return self._compute(rank, unit, f"{name}.router", m["router"], tuple(tail))
 
     def _join(self, rank: int, name: str, parts: tuple[str, ...], microbatch: int = -1,
               chunk: int = -1) -> str:
@@ -346,7 +384,7 @@ class _Step:
 
     # --- task helpers -------------------------------------------------------------------
     def _compute(self, rank: int, unit: Unit, name: str, block: blk.BlockWork,
-                 after: tuple[str, ...]) -> str:
+                 after: tuple[str, ...], host_sync: bool = False) -> str:
         if unit.phase == "B" and block.recompute is not None:
             after = (self.g.add(f"{name}.recompute", after=after, rank=rank, lane=Lane.COMPUTE,
                                 category="recompute", work=block.recompute,
@@ -354,10 +392,10 @@ class _Step:
         work = block.forward if unit.phase == "F" else block.backward
         category = CATEGORIES.get(name.rsplit(".", 1)[-1], "compute")
         return self.g.add(name, after=after, rank=rank, lane=Lane.COMPUTE, category=category,
-                          work=work, microbatch=unit.microbatch, chunk=unit.chunk)
+                          work=work, microbatch=unit.microbatch, chunk=unit.chunk,
+                          host_sync=host_sync)
 
-    def _a2a(self, rank: int, unit: Unit, name: str, after: tuple[str, ...],
-             sync: bool = False) -> str:
+    def _a2a(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
         dispatcher = self.recipe.dispatcher
         nbytes = self.dispatch_bytes
         op = Op.ALL_TO_ALL
@@ -371,11 +409,8 @@ class _Step:
             self.recipe.deepep_nvlink_efficiency if dispatcher == "deepep" else None)
         if collective is None:
             return after[0]
-        host_sync = (sync and unit.phase == "F" and self.recipe.cuda_graphs != "full"
-                     and not static_expert_shapes(self.recipe))
         return self.g.add(name, after=after, rank=rank, lane=Lane.EP, category="ep",
-                          collective=collective, microbatch=unit.microbatch, chunk=unit.chunk,
-                          host_sync=host_sync)
+                          collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
 
     def _tp(self, rank: int, unit: Unit, name: str, op: Op,
             after: tuple[str, ...]) -> tuple[str, ...]:
