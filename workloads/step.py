@@ -266,19 +266,19 @@ class _Step:
                 after: tuple[str, ...]) -> Segments:
         """One symbol of the layout in its LAYER_PHASES phases (embedding, logits and loss
         all in the first)."""
-        if symbol in "EL":
-            last = (self._compute(rank, unit, f"{name}.embedding", self.heads["embedding"],
-                                  after) if symbol == "E" else
-                    self._compute(rank, unit, f"{name}.loss", self.heads["loss"], (
-                        self._compute(rank, unit, f"{name}.logits", self.heads["logits"],
-                                      after),)))
-            for _ in range(LAYER_PHASES):
-                yield
-            return last
-        if symbol == "m":
+        if symbol == "E":
+            last = self._compute(rank, unit, f"{name}.embedding", self.heads["embedding"], after)
+        elif symbol == "L":
+            logits = self._compute(rank, unit, f"{name}.logits", self.heads["logits"], after)
+            last = self._compute(rank, unit, f"{name}.loss", self.heads["loss"], (logits,))
+        elif symbol == "m":
             return (yield from self._mtp(rank, unit, name, after))
-        return (yield from self._layer(rank, unit, name, self.model.is_moe_layer(layer), layer,
-                                       after))
+        else:
+            return (yield from self._layer(rank, unit, name, self.model.is_moe_layer(layer),
+                                           layer, after))
+        for _ in range(LAYER_PHASES):
+            yield
+        return last
 
     def _mtp(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> Segments:
         forward = unit.phase == "F"
@@ -348,6 +348,8 @@ class _Step:
         yield
         dispatch = self._a2a(rank, unit, f"{name}.dispatch", (router,))
         yield
+        # The host reads the received token counts before it launches the experts (no dispatch
+        # task, and so no wait, when the expert-parallel group is one GPU).
         sync = (dispatch != router and self.recipe.cuda_graphs != "full"
                 and not static_expert_shapes(self.recipe))
         experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (dispatch,),
