@@ -11,15 +11,14 @@ import pytest
 from simulator.scenario import run_scenario
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import recipe, recipe_with
-from workloads.schedules import Unit, one_f_one_b, warmup_forwards
+from workloads.schedules import RankSchedule, Unit, one_f_one_b, warmup_forwards
 from workloads.step import StepSpec, build_step
 
 PLANS = [(1, 1, 8), (4, 1, 8), (4, 2, 8), (2, 8, 4)]  # (pp, vpp, micro batches)
 
 
-def _pairs(units: tuple[Unit, ...], warmup: int) -> list[tuple[Unit, Unit]]:
-    steady = units[warmup:len(units) - warmup]
-    return [(steady[i], steady[i + 1]) for i in range(0, len(steady), 2)]
+def _pairs(schedule: RankSchedule) -> list[tuple[Unit, ...]]:
+    return [schedule.units[i:i + 2] for i in schedule.pair_starts()]
 
 
 @pytest.mark.parametrize("pp, vpp, microbatches", PLANS)
@@ -37,7 +36,7 @@ def test_overlap_adds_one_warmup_forward_on_every_rank(pp, vpp, microbatches):
 def test_with_overlap_no_pair_runs_a_forward_against_its_own_backward(pp, vpp, microbatches):
     for rank in range(pp):
         schedule = one_f_one_b(rank, pp, vpp, microbatches, a2a_overlap=True)
-        for forward, backward in _pairs(schedule.units, schedule.warmup):
+        for forward, backward in _pairs(schedule):
             assert (forward.phase, backward.phase) == ("F", "B")
             assert (forward.microbatch, forward.chunk) != (backward.microbatch, backward.chunk)
 
@@ -46,7 +45,7 @@ def test_with_overlap_no_pair_runs_a_forward_against_its_own_backward(pp, vpp, m
 def test_without_the_extra_forward_the_last_stage_pairs_a_unit_with_itself(
         pp, vpp, microbatches):
     schedule = one_f_one_b(pp - 1, pp, vpp, microbatches)
-    forward, backward = _pairs(schedule.units, schedule.warmup)[0]
+    forward, backward = _pairs(schedule)[0]
     assert (forward.microbatch, forward.chunk) == (backward.microbatch, backward.chunk)
 
 

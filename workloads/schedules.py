@@ -23,6 +23,7 @@ the other frees one (simulator.memory counts the plain schedule's in-flight micr
 from __future__ import annotations
 
 from collections.abc import Generator
+from itertools import cycle
 from dataclasses import dataclass
 
 
@@ -41,6 +42,10 @@ class RankSchedule:
 
     units: tuple[Unit, ...]
     warmup: int
+
+    def pair_starts(self) -> range:
+        """Indices of the forwards that open the steady-state (F, B) pairs."""
+        return range(self.warmup, len(self.units) - self.warmup, 2)
 
 
 def _forward_unit(k: int, pp: int, vpp: int) -> Unit:
@@ -101,10 +106,9 @@ def interleave(forward: Segments, backward: Segments) -> tuple[str, str]:
     """Add a pair's tasks phase by phase in COMBINED_1F1B_ORDER (a unit with more layers
     finishes alone); return the last task of each."""
     units, ends = {"F": forward, "B": backward}, {}
-    step = 0
+    phases = cycle(COMBINED_1F1B_ORDER)
     while units:
-        phase = COMBINED_1F1B_ORDER[step % len(COMBINED_1F1B_ORDER)]
-        step += 1
+        phase = next(phases)
         if phase in units:
             try:
                 next(units[phase])

@@ -151,8 +151,8 @@ class _Step:
         schedule = one_f_one_b(stage_of(self.plan, rank), self.plan.pp, self.plan.vpp,
                                self.plan.num_microbatches, self.recipe.a2a_overlap)
         gathers = self._param_gathers_at_start(rank)
-        units, warmup = schedule.units, schedule.warmup
-        pairs = set(range(warmup, len(units) - warmup, 2)) if self.recipe.a2a_overlap else set()
+        units = schedule.units
+        pairs = schedule.pair_starts() if self.recipe.a2a_overlap else range(0)
         gate: tuple[str, ...] = ()
         previous, index = gate, 0
         last_backward: dict[int, str] = {}
