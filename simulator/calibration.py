@@ -70,6 +70,13 @@ class CostParams:
     memory_efficiency: float = 0.80
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
     host_launch_s: float = 8e-6
+    # CPU seconds an x86 host spends per layer phase of a unit that Megatron's combined 1F1B
+    # (A2A overlap) runs paired with another: each of its schedule nodes waits on and records
+    # a CUDA event, switches stream and, backward, calls autograd on its own outputs
+    # (megatron/core/pipeline_parallel/utils.py ScheduleNode, stream_acquire_context). No
+    # measurement found: fitted; the start, 3 launches' worth, counts the two event calls and
+    # the node call. A full-iteration CUDA graph replays the schedule without the host.
+    schedule_node_host_s: float = 24e-6
     # How many times as long the router's permutation and the unpermute take without TE's
     # fused permute kernel ("up to 10x" unit speed-up, TE PR 1927; GB200 guide §2.1.1).
     unfused_permute_slowdown: float = 10.0
@@ -127,7 +134,8 @@ class CostParams:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 1")
         if not 0 <= self.gpu_speed_cv < 0.2:
             raise ValueError(f"gpu_speed_cv={self.gpu_speed_cv}: must be in [0, 0.2)")
-        for name in ("host_launch_s", "kernel_gap_s", "graphed_kernel_gap_s"):
+        for name in ("host_launch_s", "schedule_node_host_s", "kernel_gap_s",
+                     "graphed_kernel_gap_s"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name}={getattr(self, name)}: must be >= 0")
 
@@ -150,13 +158,14 @@ class CostParams:
 
 
 def host_params(params: CostParams, numa_bound: bool, host_cpu: str = "x86") -> CostParams:
-    """`params` as a rank's CPU sees them: `host_launch_s` is an x86 host's; launches take
-    longer on a Grace host and when the rank is not NUMA-bound."""
+    """`params` as a rank's CPU sees them: `host_launch_s` and `schedule_node_host_s` are an
+    x86 host's; both take longer on a Grace host and when the rank is not NUMA-bound."""
     slowdown = ((1.0 if numa_bound else params.unbound_host_slowdown)
                 * (params.grace_host_slowdown if host_cpu == "grace" else 1.0))
     if slowdown == 1.0:
         return params
-    return replace(params, host_launch_s=params.host_launch_s * slowdown)
+    return replace(params, host_launch_s=params.host_launch_s * slowdown,
+                   schedule_node_host_s=params.schedule_node_host_s * slowdown)
 
 
 FIRST_PRINCIPLES = CostParams()

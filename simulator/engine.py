@@ -3,7 +3,8 @@
 Each simulated rank has a host lane (the CPU launching kernels in program order), a compute
 lane and one lane per kind of communication. A task starts when its dependencies are done, the
 host has launched it and its lane is free (the host launches a rank's tasks in program order,
-`Task.position`, and lanes serve the earliest in it first). A collective starts when every
+`Task.position`, and lanes serve the earliest in it first; before a task it also runs the
+combined-1F1B schedule nodes the task carries, `Task.host_nodes`). A collective starts when every
 simulated member has arrived and ends when the fluid network has moved its bytes. A member
 waiting for the others holds its lane, unless a task earlier in program order asks for that
 lane first: it then steps back and queues again, so that ranks whose timelines differ (an
@@ -164,6 +165,7 @@ class _Replay:
                 assert task.collective is not None
                 issue_s = host_issue_s(COLLECTIVE_HOST_KERNELS, task.collective.graphed,
                                        self.params)
+            issue_s += task.host_nodes * self.params.schedule_node_host_s
             if issue_s > 0:
                 yield self.env.timeout(issue_s)
             self.issued_s[task.id] = self.env.now

@@ -81,6 +81,9 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="host_launch_s", lower=2e-6, upper=60e-6,
                  meaning="CPU seconds to launch one eager kernel from an x86 host "
                          "(framework + driver)"),
+    FitParameter(key="schedule_node_host_s", lower=0.0, upper=500e-6,
+                 meaning="CPU seconds an x86 host spends per layer phase of a unit run paired "
+                         "in Megatron's combined 1F1B (events, stream switch, node autograd)"),
     FitParameter(key="comm_efficiency.hybridep-nvlink", lower=0.2, upper=1.0,
                  meaning="share of NVLink line rate that HybridEP dispatch/combine reach"),
     FitParameter(key="comm_efficiency.deepep-nvlink", lower=0.1, upper=1.0,
@@ -170,6 +173,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         return not recipe.host_numa_bound
     if name == "grace_host_slowdown":
         return gpu.host_cpu == "grace"
+    if name == "schedule_node_host_s":
+        return recipe.a2a_overlap and recipe.cuda_graphs != "full" and scenario.model.is_moe
     if name == "unfused_permute_slowdown":
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):

@@ -250,6 +250,23 @@ def test_a_host_sync_makes_the_host_wait_for_the_tasks_inputs(
     assert _span(synced["second"]) == _approx(1.75, 2.75)
 
 
+def test_the_host_runs_a_tasks_schedule_nodes_before_launching_it(
+        toy_topology, ideal_params, compute):
+    # 0.25 s per launch and 0.5 s per schedule node: "first" (2 kernels) is issued at 0.5;
+    # "second" (1 kernel, charged 2 nodes by the builder) 1 + 0.25 s later, at 1.75.
+    params = replace(ideal_params, host_launch_s=0.25, schedule_node_host_s=0.5)
+    g = GraphBuilder()
+    g.add("first", rank=0, lane=Lane.COMPUTE, category="compute",
+          work=compute(1.0, kernels=2))
+    g.charge_host_node(0)
+    g.charge_host_node(0)
+    g.add("second", rank=0, lane=Lane.COMPUTE, category="compute",
+          work=compute(1.0, kernels=1))
+    records = _run(g, toy_topology(), params, (0,))
+    assert (records["first"].issued_s, records["second"].issued_s) == _approx(0.5, 1.75)
+    assert _span(records["second"]) == _approx(1.75, 2.75)
+
+
 def test_collectives_cost_the_host_one_launch_unless_graphed(
         toy_topology, ideal_params, compute, send):
     # Host: the send takes one 0.25 s launch, then "work" its 2 kernels: issued at 0.75.

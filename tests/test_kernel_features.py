@@ -138,6 +138,9 @@ def test_touches_skips_rows_a_parameter_cannot_change():
         gb300, recipe=recipe_with(gb300.recipe, dispatcher="alltoall", dispatcher_sms=0)),
         DEFAULT_PARAMS)
     assert not touches("comm_efficiency.alltoall-nvlink", gb300, DEFAULT_PARAMS)
+    assert not touches("schedule_node_host_s", gb300, DEFAULT_PARAMS)
+    assert touches("schedule_node_host_s", replace(
+        gb300, recipe=recipe_with(gb300.recipe, cuda_graphs="partial")), DEFAULT_PARAMS)
 
 
 def test_fused_grouped_mlp_launches_six_kernels_whatever_the_local_experts():
@@ -380,3 +383,9 @@ def test_untuned_deepep_moves_tokens_at_the_guides_measured_rate(make_scenario):
 def test_a_deepep_efficiency_outside_0_1_is_refused(efficiency):
     with pytest.raises(ValueError, match=f"deepep_nvlink_efficiency={efficiency}"):
         recipe_with(recipe("modelzoo-2025"), deepep_nvlink_efficiency=efficiency)
+
+
+def test_a_slow_host_also_runs_schedule_nodes_slower():
+    grace = host_params(DEFAULT_PARAMS, numa_bound=True, host_cpu="grace")
+    assert grace.schedule_node_host_s == pytest.approx(
+        DEFAULT_PARAMS.schedule_node_host_s * DEFAULT_PARAMS.grace_host_slowdown)

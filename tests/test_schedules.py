@@ -79,3 +79,39 @@ def test_a_pair_is_issued_in_megatrons_combined_1f1b_order(small_moe):
                      ("B", "router"), ("B", "core_attn"), ("B", "attn_proj"), ("B", "norms")]
     assert [t.name.rsplit(".", 1)[1] for t in tasks if t.host_sync] == ["experts"]
     assert next(t for t in tasks if t.host_sync).name.split("/")[1] == "F1"
+
+
+def _host_nodes(graph, unit: str) -> int:
+    return sum(t.host_nodes for t in graph.tasks if t.rank == 0 and f"/{unit}/" in t.name)
+
+
+def test_a_paired_units_phases_are_schedule_nodes_for_the_host(small_moe):
+    """pp = 1, two micro batches per rank: forward 1 runs against backward 0. Each phase of a
+    paired unit's layout symbols (embedding, 4 layers, loss: 6 of 3 phases)
+    and its end is one schedule node the host runs (a node without tasks of its own is
+    charged to the next task the host launches, maybe the other unit's); a unit outside a
+    pair (forward 0, the last backward), a step without the overlap and a full-iteration
+    graph have none."""
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=1, ep=8)
+    eager = recipe_with(recipe("mbridge-26.06"), cuda_graphs="partial")
+    graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=eager))
+    nodes = 6 * 3 + 1
+    assert _host_nodes(graph, "F1") + _host_nodes(graph, "B0") == 2 * nodes
+    assert _host_nodes(graph, "F1") > 0 and _host_nodes(graph, "B0") > 0
+    assert _host_nodes(graph, "F0") == _host_nodes(graph, "B1") == 0
+    assert sum(t.host_nodes for t in graph.tasks if t.rank == 0) == 2 * nodes
+    for other in (recipe_with(eager, a2a_overlap=False), recipe("mbridge-26.06")):
+        graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=other))
+        assert all(t.host_nodes == 0 for t in graph.tasks)
+
+
+def test_schedule_node_host_time_slows_an_eager_overlapped_step_only(make_scenario):
+    """The host's per-node bookkeeping delays an eager combined 1F1B; a full-iteration graph
+    replays the step without the host, so its step time does not move."""
+    full = make_scenario(tp=1, pp=1, ep=8)
+    eager = replace(full, recipe=recipe_with(full.recipe, cuda_graphs="none"))
+    for scenario, slower in ((eager, True), (full, False)):
+        cheap, dear = (run_scenario(replace(scenario, params=replace(
+            scenario.params, schedule_node_host_s=seconds))).metrics.step_time_s
+            for seconds in (0.0, 200e-6))
+        assert (dear > cheap) if slower else dear == cheap

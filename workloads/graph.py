@@ -125,6 +125,8 @@ class Task:
     static shapes copies back before launching the experts). `position`: the task's place in
     its rank's program order, the order the graph builder received it in (ids are a
     topological order of all ranks' tasks, which a dependency on another rank can reorder).
+    `host_nodes`: schedule nodes of Megatron's combined 1F1B whose bookkeeping the CPU runs
+    just before launching this task (CostParams.schedule_node_host_s each).
     """
 
     id: int
@@ -139,6 +141,7 @@ class Task:
     chunk: int = -1
     host_sync: bool = False
     position: int = 0
+    host_nodes: int = 0
 
     def __post_init__(self) -> None:
         if (self.work is None) == (self.collective is None):
@@ -146,6 +149,8 @@ class Task:
         if (self.work is not None) != (self.lane is Lane.COMPUTE):
             raise ValueError(f"task {self.name}: work runs on the compute lane, collectives on "
                              f"communication lanes (lane={self.lane})")
+        if self.host_nodes < 0:
+            raise ValueError(f"task {self.name}: host_nodes={self.host_nodes} must be >= 0")
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,14 +199,22 @@ class GraphBuilder:
     def __init__(self) -> None:
         self._fields: dict[str, dict[str, object]] = {}
         self._deps: dict[str, tuple[str, ...]] = {}
+        self._host_nodes: dict[object, int] = {}
 
     def add(self, name: str, after: tuple[str, ...] = (), **fields: object) -> str:
         """Add a task (all Task fields but `id`, `name` and `deps`) and return its name."""
         if name in self._fields:
             raise ValueError(f"task graph: duplicate task name {name!r}")
+        if fields.get("rank") in self._host_nodes:
+            fields["host_nodes"] = self._host_nodes.pop(fields["rank"])
         self._fields[name] = fields
         self._deps[name] = after
         return name
+
+    def charge_host_node(self, rank: int) -> None:
+        """One more schedule node for the host of `rank` to run before it launches the next
+        task added on that rank (Task.host_nodes)."""
+        self._host_nodes[rank] = self._host_nodes.get(rank, 0) + 1
 
     def build(self, simulated_ranks: tuple[int, ...],
               gpus_per_rank: tuple[int, ...] = ()) -> TaskGraph:

@@ -22,7 +22,9 @@ per layer pair, backward combine | forward attention | forward dispatch | backwa
 and dispatch | forward experts and combine | backward attention. Program order is task order
 (the host launches in it, the lanes serve it), so one's all-to-all hides under the other's
 compute, and the host sync before the forward experts (their token counts) comes after the
-backward experts are already launched.
+backward experts are already launched. Each phase of a paired unit is one of the combined
+1F1B's schedule nodes, whose bookkeeping the host runs before launching it (Task.host_nodes),
+unless a full-iteration CUDA graph replays the step.
 """
 
 from __future__ import annotations
@@ -160,14 +162,28 @@ class _Step:
             ends: tuple[str, ...]
             if index in pairs:
                 done = units[index:index + 2]
-                ends = interleave(self._unit(rank, done[0], gate, gathers, previous),
-                                  self._unit(rank, done[1], gate, gathers, gate))
+                ends = interleave(
+                    self._scheduled(rank, self._unit(rank, done[0], gate, gathers, previous)),
+                    self._scheduled(rank, self._unit(rank, done[1], gate, gathers, gate)))
             else:
                 done = units[index:index + 1]
                 ends = (drain(self._unit(rank, done[0], gate, gathers, previous)),)
             previous, gate, index = gate, ends, index + len(done)
             last_backward.update((u.chunk, end) for u, end in zip(done, ends) if u.phase == "B")
         self._step_tail(rank, last_backward, gathers)
+
+    def _scheduled(self, rank: int, unit: Segments) -> Segments:
+        """`unit`'s phases as schedule nodes of the combined 1F1B: the host runs a node's
+        bookkeeping before it launches the node's first task (not inside a full-iteration
+        CUDA graph)."""
+        while True:
+            if self.recipe.cuda_graphs != "full":
+                self.g.charge_host_node(rank)
+            try:
+                next(unit)
+            except StopIteration as finished:
+                return finished.value
+            yield
 
     def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...], gathers: dict[int, str],
               prefetch_after: tuple[str, ...]) -> Segments:
