@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
@@ -46,11 +47,11 @@ from simulator.cli_scenario import add_scenario_flags, scenario_from_args
 from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, result_document, trace_rows
 from simulator.scenario import run_scenario
-from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, calibration_entries,
-                                   calibration_values, load_calibration,
+from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
+                                   calibration_entries, calibration_values, load_calibration,
                                    read_calibration_file)
-from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, Loss, calibration_document,
-                               fit)
+from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, FitResult, Loss,
+                               calibration_document, fit)
 from simulator.validation import read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
@@ -249,8 +250,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     base = (load_calibration(args.rerun, field="start") if args.rerun
             else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)
-    result = fit(rows, parameters, base=base, jobs=args.jobs,
-                 max_evaluations=args.max_evaluations, loss=loss, progress=progress)
+    result = _fit_until_stopped(rows, parameters, base, args, loss, progress)
     fitted_keys = {p.key for p in parameters}
     carried = args.start or args.rerun
     fixed = ({key: value for key, value in calibration_values(carried).items()
@@ -268,12 +268,33 @@ def _calibrate(args: argparse.Namespace) -> int:
     print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
           f"-> {result.final_objective:.4f}; rms log error "
           f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
-          f"{result.rows_used} rows ({result.rows_failed} failed); written to {args.output}")
+          f"{result.rows_used} rows ({result.rows_failed} failed); written to {args.output}"
+          + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else ""))
     if held:
         predicted = validate_rows(held, result.params, jobs=args.jobs)
         print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
         print(format_validation([asdict(r) for r in predicted], summarize(predicted)))
     return 0
+
+
+def _stop(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...],
+                       base: CostParams, args: argparse.Namespace, loss: Loss,
+                       progress: Callable[[int, str], None]) -> FitResult:
+    """`fit`, which Ctrl-C or SIGTERM ends at the best values so far once its steps have
+    begun; before them there is nothing to write."""
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        return fit(rows, parameters, base=base, jobs=args.jobs,
+                   max_evaluations=args.max_evaluations, loss=loss, progress=progress)
+    except KeyboardInterrupt:
+        raise ValueError("calibrate: stopped before its first step (start rows, short rows "
+                         "or Jacobian); nothing written") from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _validate(args: argparse.Namespace) -> int:

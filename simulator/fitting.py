@@ -16,7 +16,9 @@ stage), each column re-simulating only the rows the parameter can touch (`touche
 architecture's efficiency only that architecture's rows, a dispatcher's efficiency only rows
 using it, ...), and then kept current by Broyden updates while damped Gauss-Newton steps
 (bounded linear least squares, Levenberg-Marquardt damping, each row weighted by the loss at
-its current error) walk downhill, each step judged on every row's whole step.
+its current error) walk downhill, each step judged on every row's whole step (re-simulating
+only the rows some fitted parameter touches; the others keep their residual). An interrupt
+(KeyboardInterrupt) during the steps ends the fit at the best values so far (`stopped`).
 """
 
 from __future__ import annotations
@@ -154,6 +156,7 @@ class FitResult:
     start_values: dict[str, float] = field(default_factory=dict)
     initial_rows: tuple[RowResult, ...] = ()
     final_rows: tuple[RowResult, ...] = ()
+    stopped: bool = False
 
 
 def _with_values(base: CostParams, parameters: tuple[FitParameter, ...],
@@ -285,29 +288,40 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
         jacobian[indices, column] = (moved - short_residual[indices]) / step
         tell(counter.calls, f"Jacobian column {column + 1} of {len(parameters)}, "
                             f"{parameters[column].key} ({indices.size} rows)")
-    damping = 1e-3
-    final_results = [r for r in initial_results if r.status == "ok"]
-    while counter.calls < max_evaluations and residual.size:
-        weights = loss.weights(residual)
-        step = _damped_step(jacobian * weights[:, None], residual * weights, x, lower, upper,
-                            width, damping)
-        if np.all(np.abs(step) < 1e-6 * width):
-            break
-        trial = errors(x + step, used)
-        if np.isnan(trial).any():
-            raise ValueError("calibrate: a row that ran at the start failed at trial values "
-                             f"{dict(zip((p.key for p in parameters), x + step))}")
-        jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
-        improvement = loss.objective(residual) - loss.objective(trial)
-        tell(counter.calls, f"objective {loss.objective(trial):.4f}, rms log error "
-                            f"{_rms(trial):.4f} (step {'kept' if improvement > 0 else 'rejected'})")
-        if improvement > 0:
-            x, residual, damping = x + step, trial, damping / 3
-            final_results = counter.results
-            if improvement < 1e-5:
+    damping, stopped = 1e-3, False
+    # Rows no fitted parameter touches keep their residual: each step re-simulates the rest.
+    moving = np.unique(np.concatenate([np.arange(0), *touched])).astype(int)
+    best = (x, residual, [r for r, e in zip(initial_results, first) if not math.isnan(e)])
+    try:
+        while counter.calls < max_evaluations and residual.size:
+            weights = loss.weights(residual)
+            step = _damped_step(jacobian * weights[:, None], residual * weights, x, lower,
+                                upper, width, damping)
+            if np.all(np.abs(step) < 1e-6 * width):
                 break
-        else:
-            damping *= 4
+            trial = residual.copy()
+            trial[moving] = errors(x + step, [used[i] for i in moving])
+            if np.isnan(trial).any():
+                raise ValueError("calibrate: a row that ran at the start failed at trial "
+                                 f"values {dict(zip((p.key for p in parameters), x + step))}")
+            jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
+            improvement = loss.objective(residual) - loss.objective(trial)
+            tell(counter.calls, f"objective {loss.objective(trial):.4f}, rms log error "
+                                f"{_rms(trial):.4f} "
+                                f"(step {'kept' if improvement > 0 else 'rejected'})")
+            if improvement > 0:
+                results = list(best[2])
+                for i, result in zip(moving, counter.results):
+                    results[i] = result
+                best = (x + step, trial, results)
+                x, residual, damping = best[0], best[1], damping / 3
+                if improvement < 1e-5:
+                    break
+            else:
+                damping *= 4
+    except KeyboardInterrupt:
+        stopped = True
+    x, residual, final_results = best
     return FitResult(params=_with_values(base, parameters, x),
                      values={p.key: float(v) for p, v in zip(parameters, x)},
                      initial_rms_log_error=initial_rms, final_rms_log_error=_rms(residual),
@@ -315,7 +329,7 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
                      loss=loss, initial_objective=initial_objective,
                      final_objective=loss.objective(residual),
                      start_values=start, initial_rows=tuple(initial_results),
-                     final_rows=tuple(final_results))
+                     final_rows=tuple(final_results), stopped=stopped)
 
 
 def _rms(errors: np.ndarray) -> float:
@@ -346,6 +360,8 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
         "command": command, "data": Path(data).name,
         "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),
         "rows_used": result.rows_used, "rows_failed": result.rows_failed,
+        "evaluations": result.evaluations,
+        **({"stopped": "interrupted; the best values so far"} if result.stopped else {}),
         "loss": {"name": result.loss.name, "scale": result.loss.scale},
         "objective": {"initial": result.initial_objective, "final": result.final_objective},
         "rms_log_error": {"initial": result.initial_rms_log_error,

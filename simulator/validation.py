@@ -195,8 +195,12 @@ def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAM
             return results
         with ProcessPoolExecutor(max_workers=jobs) as pool:
             futures = [pool.submit(validate_row, row, params) for row in rows]
-            for _ in as_completed(futures):
-                bar.update()
+            try:
+                for _ in as_completed(futures):
+                    bar.update()
+            except KeyboardInterrupt:
+                pool.shutdown(wait=False, cancel_futures=True)
+                raise
             return [future.result() for future in futures]
 
 

@@ -275,3 +275,62 @@ def test_calibrate_reports_every_evaluation_as_it_goes(tmp_path, capsys):
     assert [int(line.split()[1].rstrip(":")) for line in lines] == list(range(1, 7))
     assert lines[0].endswith("(start)") and "Jacobian column 2 of 2" in lines[3]
     assert all(line.endswith(("(step kept)", "(step rejected)")) for line in lines[4:])
+
+
+def _interrupt_at(marker: str, after: int = 1):
+    """A progress callback that raises KeyboardInterrupt at its `after`-th message holding
+    `marker` (Ctrl-C, or SIGTERM in the CLI, arriving then)."""
+    seen = []
+
+    def progress(evaluation: int, message: str) -> None:
+        seen.append(message)
+        if sum(marker in m for m in seen) == after:
+            raise KeyboardInterrupt
+    return progress
+
+
+def test_an_interrupted_fit_ends_at_the_best_values_so_far(tmp_path):
+    rows = _synthetic_rows(tmp_path)
+    parameters = tuple(FitParameter(key=key, lower=0.2, upper=0.95, meaning="test")
+                       for key in TRUE)
+    whole = fit(rows, parameters, max_evaluations=5)
+    assert not whole.stopped and whole.final_objective < whole.initial_objective
+    first = fit(rows, parameters, max_evaluations=40, progress=_interrupt_at("(step", 2))
+    assert first.stopped and first.evaluations == 6
+    assert first.values == whole.values and first.final_objective == whole.final_objective
+    assert [r.name for r in first.final_rows] == [r["name"] for r in rows]
+    with pytest.raises(KeyboardInterrupt):
+        fit(rows, parameters, progress=_interrupt_at("Jacobian"))
+
+
+def test_a_step_re_simulates_only_the_rows_a_fitted_parameter_touches(tmp_path, monkeypatch):
+    """Hopper FP8 GEMMs cannot touch the two BF16 rows: the steps run the two FP8 rows."""
+    import simulator.fitting as fitting
+
+    rows = _synthetic_rows(tmp_path)
+    sizes = []
+
+    def counting(subset, params, jobs=1):
+        sizes.append(len(subset))
+        return validate_rows(subset, params, jobs)
+    monkeypatch.setattr(fitting, "validate_rows", counting)
+    parameter = (FitParameter(key="gemm_efficiency.hopper-fp8", lower=0.2, upper=0.95,
+                              meaning="test"),)
+    result = fit(rows, parameter, max_evaluations=5)
+    assert sizes[:3] == [4, 4, 2] and set(sizes[3:]) == {2}
+    assert result.final_objective < result.initial_objective
+    assert [r.name for r in result.final_rows] == [r["name"] for r in rows]
+
+
+def test_calibrate_stopped_before_its_first_step_writes_nothing(tmp_path, capsys, monkeypatch):
+    import simulator.cli as cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli, "fit", stopped)
+    _synthetic_rows(tmp_path)
+    output = tmp_path / "c.yaml"
+    assert cli.main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(output)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("moesim: error: calibrate: stopped before its first step")
+    assert "\n" not in error and not output.exists()
