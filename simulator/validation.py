@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import re
 import sys
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
+from functools import partial
+from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
@@ -193,15 +194,20 @@ def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAM
                 results.append(validate_row(row, params))
                 bar.update()
             return results
-        with ProcessPoolExecutor(max_workers=jobs) as pool:
-            futures = [pool.submit(validate_row, row, params) for row in rows]
-            try:
-                for _ in as_completed(futures):
-                    bar.update()
-            except KeyboardInterrupt:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-            return [future.result() for future in futures]
+        # Leaving the block terminates the workers: an interrupt stops the rows in flight.
+        results_by_index: dict[int, RowResult] = {}
+        with Pool(processes=jobs) as pool:
+            for index, result in pool.imap_unordered(partial(_validate_indexed, params=params),
+                                                     enumerate(rows)):
+                results_by_index[index] = result
+                bar.update()
+        return [results_by_index[index] for index in range(len(rows))]
+
+
+def _validate_indexed(item: tuple[int, dict[str, Any]],
+                      params: CostParams) -> tuple[int, RowResult]:
+    index, row = item
+    return index, validate_row(row, params)
 
 
 def _stats(errors: list[float]) -> dict[str, float]:
