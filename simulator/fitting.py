@@ -34,7 +34,7 @@ from scipy.optimize import lsq_linear
 
 from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
-from workloads.recipes import DISPATCHERS
+from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
 from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
 from simulator.costs import peak_key
@@ -177,7 +177,7 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
     if name == "grace_host_slowdown":
         return gpu.host_cpu == "grace"
     if name == "schedule_node_host_s":
-        return recipe.a2a_overlap and recipe.cuda_graphs != "full" and scenario.model.is_moe
+        return host_runs_schedule_nodes(recipe) and scenario.model.is_moe
     if name == "unfused_permute_slowdown":
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):

@@ -124,6 +124,12 @@ def static_expert_shapes(r: Recipe) -> bool:
     return r.expert_capacity_factor is not None or r.rank_capacity_factor is not None
 
 
+def host_runs_schedule_nodes(r: Recipe) -> bool:
+    """Whether the host runs the combined 1F1B's schedule nodes (A2A overlap outside a
+    full-iteration CUDA graph, which replays them without it)."""
+    return r.a2a_overlap and r.cuda_graphs != "full"
+
+
 def _check_dispatcher_sms(r: Recipe) -> None:
     if r.dispatcher in NCCL_DISPATCHERS and r.dispatcher_sms != 0:
         raise ValueError(f"dispatcher_sms={r.dispatcher_sms}: must be 0 for the NCCL "

@@ -39,7 +39,8 @@ from workloads.models import ModelSpec
 from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_layout,
                                    stage_of)
 from workloads.position_classes import position_classes
-from workloads.recipes import NCCL_DISPATCHERS, Recipe, static_expert_shapes
+from workloads.recipes import (NCCL_DISPATCHERS, Recipe, host_runs_schedule_nodes,
+                               static_expert_shapes)
 from workloads.routing import dispatch_copies_per_token, routing_of
 from workloads.schedules import (LAYER_PHASES, Segments, Unit, drain, interleave,
                                  one_f_one_b)
@@ -176,8 +177,9 @@ class _Step:
         """`unit`'s phases as schedule nodes of the combined 1F1B: the host runs a node's
         bookkeeping before it launches the node's first task (not inside a full-iteration
         CUDA graph)."""
+        charged = host_runs_schedule_nodes(self.recipe)
         while True:
-            if self.recipe.cuda_graphs != "full":
+            if charged:
                 self.g.charge_host_node(rank)
             try:
                 next(unit)
