@@ -1,10 +1,12 @@
 """simulate(graph, topology, params) -> Trace: one SimPy replay of a training step.
 
 Each simulated rank has a host lane (the CPU launching kernels in program order), a compute
-lane and one lane per kind of communication. A task starts when its dependencies are done, the
-host has launched it and its lane is free (the host launches a rank's tasks in program order,
-`Task.position`, and lanes serve the earliest in it first; before a task it also runs the
-combined-1F1B schedule nodes the task carries, `Task.host_nodes`). A collective starts when every
+lane and one lane per kind of communication. The host launches a rank's tasks in program order,
+`Task.position` (before a task it also runs the combined-1F1B schedule nodes the task carries,
+`Task.host_nodes`). The compute lane is a CUDA stream: a task takes it in launch order and holds
+it until its dependencies are done, so a slower host never lets a later kernel overtake. A task
+of a communication lane starts when its dependencies are done, the host has launched it and the
+lane is free, earliest in program order first. A collective starts when every
 simulated member has arrived and ends when the fluid network has moved its bytes. A member
 waiting for the others holds its lane, unless a task earlier in program order asks for that
 lane first: it then steps back and queues again, so that ranks whose timelines differ (an
@@ -172,6 +174,9 @@ class _Replay:
             self.issued[task.id].succeed()
 
     def _task(self, task: Task) -> Generator[simpy.Event, None, None]:
+        if task.lane == Lane.COMPUTE:
+            yield from self._kernel(task)
+            return
         yield self.env.all_of([self.done[d] for d in task.deps] + [self.issued[task.id]])
         if task.collective is not None and len(task.collective.members) > 1:
             yield from self._joint(task, task.collective)
@@ -179,17 +184,31 @@ class _Replay:
         self._preempt_waiting(task)
         with self._lane(task.rank, task.lane).request(priority=task.position) as request:
             yield request
-            start_s = self.env.now
-            if task.work is not None:
-                seconds = compute_time_s(task.work, self.topology.gpu, self.params)
-                if self.slowdown:
-                    seconds *= self.slowdown.get(task.rank, 1.0)
-                yield self.sm[task.rank].run(seconds)
-            else:
-                assert task.collective is not None
-                yield self._arrive(task.collective)
-            self._record(task, start_s)
+            yield from self._execute(task)
         self.done[task.id].succeed()
+
+    def _kernel(self, task: Task) -> Generator[simpy.Event, None, None]:
+        """A task of the compute lane, a CUDA stream: it takes the lane in launch order and
+        holds it until its inputs are ready, so a later kernel never overtakes it."""
+        yield self.issued[task.id]
+        with self._lane(task.rank, task.lane).request(priority=task.position) as request:
+            yield request
+            yield self.env.all_of([self.done[d] for d in task.deps])
+            yield from self._execute(task)
+        self.done[task.id].succeed()
+
+    def _execute(self, task: Task) -> Generator[simpy.Event, None, None]:
+        """Run a task that holds its lane: its compute on the GPU's SMs, or its collective."""
+        start_s = self.env.now
+        if task.work is not None:
+            seconds = compute_time_s(task.work, self.topology.gpu, self.params)
+            if self.slowdown:
+                seconds *= self.slowdown.get(task.rank, 1.0)
+            yield self.sm[task.rank].run(seconds)
+        else:
+            assert task.collective is not None
+            yield self._arrive(task.collective)
+        self._record(task, start_s)
 
     def _joint(self, task: Task, collective: Collective) -> Generator[simpy.Event, None, None]:
         """A collective of several simulated ranks: hold the lane while waiting for the others,

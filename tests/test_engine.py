@@ -48,21 +48,41 @@ def test_independent_tasks_on_one_compute_lane_run_back_to_back(
     assert _span(records["b"]) == _approx(1.0, 3.0)
 
 
-def test_a_free_lane_serves_the_lowest_task_id_first_not_the_earliest_request(
+def test_the_compute_lane_keeps_launch_order_so_a_ready_kernel_waits_behind_a_blocked_one(
         toy_topology, ideal_params, compute):
-    # "long" holds rank 0's compute lane over [0, 2]. "early" (id 3) queues at t=0, "late"
-    # (id 2) only at t=1 when rank 1's "gate" ends; the lane still serves id 2 first.
+    # A CUDA stream: "late" (launched second) waits for rank 1's "gate" until t=3 while holding
+    # rank 0's compute lane, so "early", ready since t=0, runs only after it.
     g = GraphBuilder()
-    g.add("gate", rank=1, lane=Lane.COMPUTE, category="compute", work=compute(1.0))
+    g.add("gate", rank=1, lane=Lane.COMPUTE, category="compute", work=compute(3.0))
     g.add("long", rank=0, lane=Lane.COMPUTE, category="compute", work=compute(2.0))
     g.add("late", after=("gate",), rank=0, lane=Lane.COMPUTE, category="compute",
           work=compute(1.0))
     g.add("early", rank=0, lane=Lane.COMPUTE, category="compute", work=compute(1.0))
     records = _run(g, toy_topology(), ideal_params, (0, 1))
-    assert [records[name].task_id for name in ("gate", "long", "late", "early")] == [0, 1, 2, 3]
     assert _span(records["long"]) == _approx(0.0, 2.0)
-    assert _span(records["late"]) == _approx(2.0, 3.0)
-    assert _span(records["early"]) == _approx(3.0, 4.0)
+    assert _span(records["late"]) == _approx(3.0, 4.0)
+    assert _span(records["early"]) == _approx(4.0, 5.0)
+
+
+def test_a_slower_host_never_makes_the_step_faster(toy_topology, ideal_params, compute):
+    # Rank 0 launches "x" (waits for rank 1's "gate") then "y"; rank 1's long "z" needs "x".
+    # Were the lane to serve whichever launched kernel is ready, an instant host would run "y"
+    # first and delay "z" (step 8 s) while a 1 s-per-launch host would not (step 7 s).
+    g = GraphBuilder()
+    g.add("gate", rank=1, lane=Lane.COMPUTE, category="compute", work=compute(1.0))
+    g.add("x", after=("gate",), rank=0, lane=Lane.COMPUTE, category="compute",
+          work=compute(1.0))
+    g.add("y", rank=0, lane=Lane.COMPUTE, category="compute", work=compute(3.0))
+    g.add("z", after=("x",), rank=1, lane=Lane.COMPUTE, category="compute", work=compute(4.0))
+    graph = g.build((0, 1))
+    instant = simulate(graph, toy_topology(), ideal_params)
+    slow = simulate(graph, toy_topology(), replace(ideal_params, host_launch_s=1.0))
+    spans = {r.name: _span(r) for r in instant.records}
+    assert spans["x"] == _approx(1.0, 2.0)
+    assert spans["y"] == _approx(2.0, 5.0)
+    assert spans["z"] == _approx(2.0, 6.0)
+    assert instant.step_time_s == pytest.approx(6.0, rel=EXACT)
+    assert slow.step_time_s == pytest.approx(7.0, rel=EXACT)
 
 
 def test_compute_tasks_on_different_ranks_run_concurrently(toy_topology, ideal_params, compute):

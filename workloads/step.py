@@ -187,8 +187,8 @@ class _Step:
                 return finished.value
             yield
 
-    def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...], gathers: dict[int, str],
-              prefetch_after: tuple[str, ...]) -> Segments:
+    def _unit(self, rank: int, unit: Unit, gate: tuple[str, ...],
+              gathers: dict[int, tuple[str, ...]], prefetch_after: tuple[str, ...]) -> Segments:
         """Add the tasks of one unit, a layer phase at a time; return the name of its last
         compute task.
 
@@ -204,7 +204,7 @@ class _Step:
             if virtual > 0:
                 after.append(f"{self._pp_peer(rank, -1)}/F{unit.microbatch}/v{virtual - 1}/send")
             if unit.chunk in gathers:
-                after.append(gathers[unit.chunk])
+                after.extend(gathers[unit.chunk])
             symbols = self.stages[virtual]
         else:
             after.append(f"{rank}/F{unit.microbatch}/v{virtual}/end")
@@ -363,6 +363,10 @@ class _Step:
     def _moe_forward(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> Segments:
         m = self.moe
         router = self._compute(rank, unit, f"{name}.router", m["router"], after)
+        overlapped = "shared_expert" in m and self.recipe.shared_expert_overlap
+        # Overlapped, the shared expert is launched with the dispatch and runs under it.
+        shared = (self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
+                                (router,)) if overlapped else None)
         yield
         dispatch = self._a2a(rank, unit, f"{name}.dispatch", (router,))
         yield
@@ -373,13 +377,15 @@ class _Step:
         experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (dispatch,),
                                 host_sync=sync)
         combine = self._a2a(rank, unit, f"{name}.combine", (experts,))
-        out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], (combine,))
-        if "shared_expert" in m:
-            shared_after = (router,) if self.recipe.shared_expert_overlap else (out,)
-            shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
-                                   shared_after)
-            out = self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
+        # The combine's post-processing is launched after the phase: in the combined 1F1B the
+        # paired backward's attention runs while the combine is in flight.
         yield
+        out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], (combine,))
+        if "shared_expert" in m and shared is None:
+            shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
+                                   (out,))
+        if shared is not None:
+            out = self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
         return out
 
     def _moe_backward(self, rank: int, unit: Unit, name: str,
@@ -445,21 +451,22 @@ class _Step:
                            chunk=unit.chunk),)
 
     # --- data parallelism and the optimizer ---------------------------------------------
-    def _param_gathers_at_start(self, rank: int) -> dict[int, str]:
+    def _param_gathers_at_start(self, rank: int) -> dict[int, tuple[str, ...]]:
         """With overlapped parameter gathering, each chunk's all-gather opens the step."""
         if not self.recipe.overlap_param_gather or self.fsdp:
             return {}
         return self._param_gathers(rank, ())
 
-    def _param_gathers(self, rank: int, after: tuple[str, ...]) -> dict[int, str]:
+    def _param_gathers(self, rank: int, after: tuple[str, ...]) -> dict[int, tuple[str, ...]]:
+        """Each chunk's parameter all-gathers; the chunk's forwards wait for them where they
+        start, not where the gathers are launched."""
         names = {}
         for chunk in range(self.plan.vpp):
             virtual = chunk * self.plan.pp + stage_of(self.plan, rank)
             parts = self._chunk_collectives(rank, f"{rank}/ag/c{chunk}", Op.ALL_GATHER, virtual,
                                             after)
             if parts:
-                names[chunk] = parts[0] if len(parts) == 1 else self._join(
-                    rank, f"{rank}/ag/c{chunk}", tuple(parts), chunk=chunk)
+                names[chunk] = tuple(parts)
         return names
 
     def _dp(self, rank: int, name: str, op: Op, kind: str, nbytes: float,
@@ -471,7 +478,7 @@ class _Step:
                           collective=collective)
 
     def _step_tail(self, rank: int, last_backward: dict[int, str],
-                   gathers: dict[int, str]) -> None:
+                   gathers: dict[int, tuple[str, ...]]) -> None:
         overlap = self.recipe.overlap_grad_reduce
         everything = tuple(last_backward.values())
         reductions = list(self.fsdp_reductions[rank])
