@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import re
+import signal
 import sys
 from dataclasses import dataclass, replace
 from functools import partial
@@ -196,12 +197,19 @@ def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAM
             return results
         # Leaving the block terminates the workers: an interrupt stops the rows in flight.
         results_by_index: dict[int, RowResult] = {}
-        with Pool(processes=jobs) as pool:
+        with Pool(processes=jobs, initializer=_worker_signals) as pool:
             for index, result in pool.imap_unordered(partial(_validate_indexed, params=params),
                                                      enumerate(rows)):
                 results_by_index[index] = result
                 bar.update()
         return [results_by_index[index] for index in range(len(rows))]
+
+
+def _worker_signals() -> None:
+    """A worker leaves Ctrl-C to its parent and dies quietly when the pool terminates it,
+    whatever handlers the parent had installed when it forked."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _validate_indexed(item: tuple[int, dict[str, Any]],

@@ -1,6 +1,7 @@
 """moesim validate on a three-row fixture (made-up measurements, not published rows)."""
 
 import json
+import signal
 from pathlib import Path
 
 import pytest
@@ -32,6 +33,22 @@ def test_errors_are_taken_on_tokens_where_measured_else_on_tflops(results):
 
 def test_parallel_jobs_give_the_same_results(results):
     assert validate_rows(read_measurements(FIXTURE), jobs=2) == results
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def test_workers_ended_by_the_pool_die_quietly_under_a_parents_stop_handler(results, capfd):
+    """`moesim calibrate` turns SIGTERM into KeyboardInterrupt; the workers it forks must not
+    inherit that, or each pool's end (which sends them SIGTERM) prints their tracebacks."""
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        for _ in range(3):
+            assert validate_rows(read_measurements(FIXTURE), jobs=2) == results
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_summary_counts_failures_and_groups(results):
