@@ -61,10 +61,10 @@ def test_all_to_all_overlap_hides_expert_traffic_without_pipelining(make_scenari
 
 def test_a_pair_is_issued_in_megatrons_combined_1f1b_order(small_moe):
     """Forward 1 against backward 0 (pp = 1), MoE layer 2 of each: backward combine, forward
-    attention and router, forward dispatch, backward experts and dispatch, forward experts
-    (after the host reads the token counts) and combine, backward router and attention; the
-    forward combine's post-processing only then, so that the attention runs under the combine
-    on an in-order compute stream."""
+    attention, shared expert and router, forward dispatch, backward experts and dispatch,
+    forward experts (after the host reads the token counts) and combine, backward router and
+    attention; the forward combine's post-processing only then, so that the attention runs
+    under the combine on an in-order compute stream."""
     plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=1, ep=8)
     eager_experts = recipe_with(recipe("mbridge-26.06"), cuda_graphs="partial",
                                 rank_capacity_factor=None)
@@ -73,12 +73,13 @@ def test_a_pair_is_issued_in_megatrons_combined_1f1b_order(small_moe):
                     and ("/F1/" in t.name or "/B0/" in t.name)), key=lambda t: t.position)
     order = [(t.name.split("/")[1][0], t.name.rsplit(".", 1)[1]) for t in tasks]
     assert order == [("B", "unpermute"), ("B", "combine"),
-                     ("F", "norms"), ("F", "attn_proj"), ("F", "core_attn"), ("F", "router"),
+                     ("F", "norms"), ("F", "attn_proj"), ("F", "core_attn"),
+                     ("F", "shared_expert"), ("F", "router"),
                      ("F", "dispatch"),
                      ("B", "experts"), ("B", "dispatch"), ("B", "shared_expert"),
                      ("F", "experts"), ("F", "combine"),
                      ("B", "router"), ("B", "core_attn"), ("B", "attn_proj"), ("B", "norms"),
-                     ("F", "unpermute"), ("F", "shared_expert"), ("F", "join")]
+                     ("F", "unpermute"), ("F", "join")]
     assert [t.name.rsplit(".", 1)[1] for t in tasks if t.host_sync] == ["experts"]
     assert next(t for t in tasks if t.host_sync).name.split("/")[1] == "F1"
 
@@ -87,15 +88,15 @@ def test_an_overlapped_shared_expert_is_launched_with_the_dispatch_and_runs_unde
         small_moe, make_scenario):
     """With `shared_expert_overlap` the forward shared expert follows the router in launch
     order, so on the in-order compute stream it runs while the dispatch is in flight; without
-    it, it follows the combine's post-processing."""
+    it, Megatron computes it before routing (`MoELayer.shared_experts_compute`)."""
     plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=1, ep=8)
     serial = recipe_with(recipe("mbridge-26.06"), a2a_overlap=False)
-    for overlap, after in ((True, "router"), (False, "unpermute")):
+    for overlap, step in ((True, -1), (False, 1)):
         graph = build_step(StepSpec(model=small_moe, plan=plan,
                                     recipe=recipe_with(serial, shared_expert_overlap=overlap)))
         layer = [t.name.rsplit(".", 1)[1] for t in sorted(graph.tasks, key=lambda t: t.position)
                  if t.rank == 0 and "/F0/" in t.name and "/2t." in t.name]
-        assert layer[layer.index("shared_expert") - 1] == after
+        assert layer[layer.index("shared_expert") + step] == "router"
     scenario = make_scenario(tp=1, pp=1, ep=8)
     scenario = replace(scenario, recipe=recipe_with(scenario.recipe, a2a_overlap=False))
     hidden = replace(scenario, recipe=recipe_with(scenario.recipe, shared_expert_overlap=True))

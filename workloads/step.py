@@ -362,11 +362,15 @@ class _Step:
 
     def _moe_forward(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> Segments:
         m = self.moe
+        # Megatron computes the shared expert before routing; overlapped, it is launched with
+        # the dispatch instead and runs under it.
+        overlapped = self.recipe.shared_expert_overlap
+        shared = (self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"], after)
+                  if "shared_expert" in m and not overlapped else None)
         router = self._compute(rank, unit, f"{name}.router", m["router"], after)
-        overlapped = "shared_expert" in m and self.recipe.shared_expert_overlap
-        # Overlapped, the shared expert is launched with the dispatch and runs under it.
-        shared = (self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
-                                (router,)) if overlapped else None)
+        if "shared_expert" in m and overlapped:
+            shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
+                                   (router,))
         yield
         dispatch = self._a2a(rank, unit, f"{name}.dispatch", (router,))
         yield
@@ -381,9 +385,6 @@ class _Step:
         # paired backward's attention runs while the combine is in flight.
         yield
         out = self._compute(rank, unit, f"{name}.unpermute", m["unpermute"], (combine,))
-        if "shared_expert" in m and shared is None:
-            shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
-                                   (out,))
         if shared is not None:
             out = self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
         return out
