@@ -145,9 +145,15 @@ class _Replay:
         by_rank: dict[int, list[Task]] = defaultdict(list)
         for task in self.graph.tasks:
             by_rank[task.rank].append(task)
-            self.env.process(self._task(task))
         for tasks in by_rank.values():
-            self.env.process(self._host(sorted(tasks, key=lambda t: t.position)))
+            launched = sorted(tasks, key=lambda t: t.position)
+            kernels = [t for t in launched if t.lane == Lane.COMPUTE]
+            for before, task in zip([None, *kernels], kernels):
+                self.env.process(self._kernel(task, before))
+            for task in launched:
+                if task.lane != Lane.COMPUTE:
+                    self.env.process(self._task(task))
+            self.env.process(self._host(launched))
         self.env.run()
         unfinished = [t.name for t in self.graph.tasks if not self.done[t.id].triggered]
         if unfinished:
@@ -174,9 +180,6 @@ class _Replay:
             self.issued[task.id].succeed()
 
     def _task(self, task: Task) -> Generator[simpy.Event, None, None]:
-        if task.lane == Lane.COMPUTE:
-            yield from self._kernel(task)
-            return
         yield self.env.all_of([self.done[d] for d in task.deps] + [self.issued[task.id]])
         if task.collective is not None and len(task.collective.members) > 1:
             yield from self._joint(task, task.collective)
@@ -187,14 +190,14 @@ class _Replay:
             yield from self._execute(task)
         self.done[task.id].succeed()
 
-    def _kernel(self, task: Task) -> Generator[simpy.Event, None, None]:
-        """A task of the compute lane, a CUDA stream: it takes the lane in launch order and
-        holds it until its inputs are ready, so a later kernel never overtakes it."""
-        yield self.issued[task.id]
-        with self._lane(task.rank, task.lane).request(priority=task.position) as request:
-            yield request
-            yield self.env.all_of([self.done[d] for d in task.deps])
-            yield from self._execute(task)
+    def _kernel(self, task: Task, before: Task | None) -> Generator[simpy.Event, None, None]:
+        """A task of the compute lane, a CUDA stream: it starts once launched, once its inputs
+        are ready and once the kernel launched `before` it on that stream has ended."""
+        waits = [self.done[d] for d in task.deps] + [self.issued[task.id]]
+        if before is not None:
+            waits.append(self.done[before.id])
+        yield self.env.all_of(waits)
+        yield from self._execute(task)
         self.done[task.id].succeed()
 
     def _execute(self, task: Task) -> Generator[simpy.Event, None, None]:
