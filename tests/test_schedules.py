@@ -103,6 +103,23 @@ def test_an_overlapped_shared_expert_is_launched_with_the_dispatch_and_runs_unde
     assert run_scenario(hidden).metrics.step_time_s < run_scenario(scenario).metrics.step_time_s
 
 
+def test_a_chunks_forwards_and_nothing_else_wait_for_its_parameter_gathers(small_moe):
+    """Overlapped parameter gathering: the step launches every chunk's all-gathers first, and
+    on the in-order compute stream only that chunk's forwards may wait for them (a wait at
+    the head of the step would hold the stream until every chunk's gather ended)."""
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=64, seq_len=256, tp=1, pp=2, vpp=2, ep=4)
+    graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=recipe("mbridge-26.06")))
+    tasks = [t for t in graph.tasks if t.rank == 0]
+    gathers = {t.id: t.chunk if t.chunk >= 0 else int(t.name.split("/c")[1].split("/")[0])
+               for t in tasks if "/ag/" in t.name}
+    assert gathers and all(graph.tasks[i].collective is not None for i in gathers)
+    waiting = [t for t in tasks if set(t.deps) & set(gathers)]
+    assert {t.microbatch for t in waiting} == set(range(plan.num_microbatches))
+    for task in waiting:
+        assert "/F" in task.name and task.work is not None
+        assert {gathers[d] for d in task.deps if d in gathers} == {task.chunk}
+
+
 def _host_nodes(graph, unit: str) -> int:
     return sum(t.host_nodes for t in graph.tasks if t.rank == 0 and f"/{unit}/" in t.name)
 
