@@ -19,12 +19,13 @@ all-to-all overlap, the forward and backward of a steady-state pair start togeth
 layers are issued against each other in the order of Megatron's combined 1F1B
 (megatron/core/models/common/model_chunk_schedule_plan.py, TransformerLayerSchedulePlan.run):
 per layer pair, backward combine | forward attention | forward dispatch | backward experts
-and dispatch | forward experts and combine | backward attention. Program order is task order
-(the host launches in it, the lanes serve it), so one's all-to-all hides under the other's
-compute, and the host sync before the forward experts (their token counts) comes after the
-backward experts are already launched. Each phase of a paired unit is one of the combined
-1F1B's schedule nodes, whose bookkeeping the host runs before launching it (Task.host_nodes),
-unless a full-iteration CUDA graph replays the step.
+and dispatch | forward experts and combine | backward attention, then the forward combine's
+unpermute (Megatron runs the combine node on the communication stream). Program order is task
+order (the host launches in it, and the compute lane, an in-order stream, runs it), so one's
+all-to-all hides under the other's compute, and the host sync before the forward experts
+(their token counts) comes after the backward experts are already launched. Each phase of a
+paired unit is one of the combined 1F1B's schedule nodes, whose bookkeeping the host runs
+before launching it (Task.host_nodes), unless a full-iteration CUDA graph replays the step.
 """
 
 from __future__ import annotations
