@@ -3,8 +3,9 @@
 Each simulated rank has a host lane (the CPU launching kernels in program order), a compute
 lane and one lane per kind of communication. The host launches a rank's tasks in program order,
 `Task.position` (before a task it also runs the combined-1F1B schedule nodes the task carries,
-`Task.host_nodes`). The compute lane is a CUDA stream: a task takes it in launch order and holds
-it until its dependencies are done, so a slower host never lets a later kernel overtake. A task
+`Task.host_nodes`). The compute lane is a CUDA stream: a task starts once launched, once its
+dependencies are done and once the task launched before it on that lane has ended, so a
+slower host never lets a later kernel overtake. A task
 of a communication lane starts when its dependencies are done, the host has launched it and the
 lane is free, earliest in program order first. A collective starts when every
 simulated member has arrived and ends when the fluid network has moved its bytes. A member
