@@ -46,12 +46,16 @@ def test_qwen3_on_nvl72_runs_hybridep_with_scoped_graphs_and_no_a2a_overlap():
 
 
 @pytest.mark.parametrize("release", ["mbridge-26.06", "mbridge-26.08"])
-def test_qwen3_mxfp8_on_nvl72_takes_the_full_iteration_stack_from_26_06(release):
+def test_qwen3_mxfp8_takes_the_full_iteration_stack_from_26_06_on_nvl72_and_30b_on_b300(release):
     qwen = row_recipe(_row("qwen3-235b-a22b", "gb200", release, "mxfp8"))
     assert (qwen.dispatcher, qwen.cuda_graphs, qwen.a2a_overlap) == ("hybridep", "full", True)
     assert qwen.fp8_attention and qwen.fused_grouped_mlp and qwen.rank_capacity_factor == 1.5
-    on_b300 = row_recipe(_row("qwen3-30b-a3b", "b300", release, "mxfp8"))
-    assert on_b300.cuda_graphs == "partial" and not on_b300.fused_grouped_mlp
+    small_on_b300 = row_recipe(_row("qwen3-30b-a3b", "b300", release, "mxfp8"))
+    assert small_on_b300 == qwen
+    large_on_b300 = row_recipe(_row("qwen3-235b-a22b", "b300", release, "mxfp8"))
+    assert large_on_b300.cuda_graphs == "none" and not large_on_b300.fused_grouped_mlp
+    earlier = row_recipe(_row("qwen3-30b-a3b", "b300", "mbridge-26.04", "mxfp8"))
+    assert earlier.cuda_graphs == "partial" and not earlier.a2a_overlap
 
 
 def test_deepseek_on_hgx_nodes_keeps_the_unfused_experts_in_26_06():

@@ -36,6 +36,10 @@ BLACKWELL_NVL = ("gb200", "gb300", "b300")
 
 HYBRIDEP: dict[str, Any] = {"dispatcher": "hybridep", "dispatcher_sms": 32}
 ALLTOALL: dict[str, Any] = {"dispatcher": "alltoall", "dispatcher_sms": 0}
+# Qwen3's MXFP8 full-iteration stack from 26.06 (see PRESETS).
+QWEN3_FULL_ITERATION: dict[str, Any] = {
+    "cuda_graphs": "full", "a2a_overlap": True, "fp8_attention": True, "recompute_modules": (),
+    "rank_capacity_factor": 1.5, "fused_grouped_mlp": True, **HYBRIDEP}
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +96,14 @@ PRESETS: tuple[Preset, ...] = (
     # qwen/gb200/qwen3_moe.py @03573ca6): one graph per iteration with paged stash and
     # expert-rank capacity factor 1.5, A2A overlap with delayed wgrad, FP8 attention, the TE
     # op fuser's fused grouped MLP, HybridEP.
-    _preset(QWEN3, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",),
-            cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
-            rank_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
+    _preset(QWEN3, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",), **QWEN3_FULL_ITERATION),
+    # Qwen3-30B MXFP8 on 8 B300 in 26.06 too: the 26.06.00 container's official recipe resolves
+    # to "EP=8, MBS=8, GBS=512, sequence length 4096, HybridEP, and full-iteration CUDA graphs"
+    # (a maintainer in Megatron-Bridge issue 4587); qwen3_llm_pretrain.py @05c0c90f gives the
+    # 30B B300 builder the full-iteration MoE settings. The rest of the stack (A2A overlap, FP8
+    # attention, fused MLP) is taken as GB300's: PR 4249 names three platforms for 26.06, and
+    # the later helper gives B300 all of it (PR 5356). 235B on B300 came later (PR 4606).
+    _preset(("qwen3-30b-a3b",), ("b300",), MBRIDGE_26_06_ON, ("mxfp8",), **QWEN3_FULL_ITERATION),
     # GPT-OSS: alltoall; graphs (TE-scoped) on GB300/B300, recompute of layernorm and MoE
     # activation elsewhere; the 26.06+ MXFP8 V2 presets on GB200/GB300: HybridEP, one graph
     # for the whole iteration (expert-rank capacity 1.5), A2A overlap, FP8 attention, the fused
