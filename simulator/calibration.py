@@ -10,6 +10,8 @@ made of ../shared/data/calibration.csv ships as calibration.yaml and is DEFAULT_
 
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
@@ -57,6 +59,12 @@ class CostParams:
     # 0.403 and 0.397 of the FP8 peak. Its BF16 runs (1.004 + 3.354 ms and 0.815 + 3.107 ms)
     # give 0.550 and 0.546, which confirms the BF16 share above
     # (NVIDIA/cudnn-frontend benchmark/attention_training/results/dsv3, 2026-09-28).
+    # "*-d128": head dim 128 (GQA, 8 query heads per key head, as Llama 3.1 and Qwen3), from
+    # the same repository's Llama 3.1 benchmark (64/8 heads, batch 2, 4,096 causal tokens):
+    # BF16 0.417 + 1.248 ms fwd + bwd on GB200 and 0.316 + 1.129 on GB300, 0.62 of the BF16
+    # peak less the exponentials; MXFP8 0.324 + 1.390 and 0.235 + 1.256 ms, 0.30 of the FP8
+    # peak: at this head dim MXFP8 attention is no faster than BF16, its backward slower
+    # (results/llama3.1, 2026-09-28).
     # "window-*": sliding-window layers, whole kernels, their exponentials included; cuDNN
     # 9.27's GPT-OSS benchmark (128-token window, head dim 64, 4,096 tokens) reaches 164 TFLOP/s
     # forward and 183 backward in BF16 on GB200, 0.07 of the 2,500 dense BF16 peak; in MXFP8 its
@@ -65,6 +73,8 @@ class CostParams:
     # (same repository, results/gpt_oss, 2026-09-28).
     attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.56, "fp8": 0.50, "blackwell-fp8": 0.40, "blackwell-ultra-fp8": 0.40,
+         "blackwell-bf16-d128": 0.62, "blackwell-ultra-bf16-d128": 0.62,
+         "blackwell-fp8-d128": 0.30, "blackwell-ultra-fp8-d128": 0.30,
          "window-bf16": 0.07, "window-fp8": 0.011}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80
@@ -180,9 +190,10 @@ def params_value(params: CostParams, key: str) -> float:
     current = getattr(params, name)
     if not entry:
         return float(current)
-    if entry in current:
-        return float(current[entry])
-    fallback = entry.rsplit("-", 1)[-1]
+    for candidate in (entry, re.sub(r"-d\d+$", "", entry)):
+        if candidate in current:
+            return float(current[candidate])
+    fallback = re.sub(r"-d\d+$", "", entry).rsplit("-", 1)[-1]
     return float(current.get(fallback, current.get("bf16", 0.0)))
 
 

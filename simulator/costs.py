@@ -17,6 +17,8 @@ hidden when the CPU runs ahead and exposed after a host synchronisation.
 
 from __future__ import annotations
 
+from typing import Mapping
+
 from topologies.hardware import GPUSpec
 from workloads.graph import KernelClass, Work
 
@@ -37,10 +39,20 @@ def peak_key(precision: str) -> str:
     return PEAK_KEY[precision]
 
 
+def efficiency_key(table: Mapping[str, float], prefix: str, precision_key: str,
+                   head_dim: int = 0) -> str:
+    """The key of `table` that a kernel uses, most specific first: "<prefix>-<precision>-d<head
+    dim>" (attention), "<prefix>-<precision>" (prefix: the GPU architecture, "fused" for the
+    fused grouped MLP, "window" for sliding-window attention), "<precision>", "bf16"."""
+    key = f"{prefix}-{precision_key}"
+    for candidate in (f"{key}-d{head_dim}", key, precision_key):
+        if candidate in table:
+            return candidate
+    return "bf16"
+
+
 def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
-    """The efficiency of the work's kernel class, most specific key first:
-    "<architecture>-<precision>" ("fused-<precision>" for the fused grouped MLP,
-    "window-<precision>" for sliding-window attention), then "<precision>", then "bf16"."""
+    """The efficiency of the work's kernel class on `gpu` (see `efficiency_key`)."""
     table = {KernelClass.GEMM: params.gemm_efficiency,
              KernelClass.GROUPED_GEMM: params.grouped_gemm_efficiency,
              KernelClass.FUSED_GROUPED_MLP: params.grouped_gemm_efficiency,
@@ -48,9 +60,8 @@ def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
              KernelClass.WINDOW_ATTENTION: params.attention_efficiency}.get(work.kernel_class)
     if table is None:
         return 1.0
-    key = peak_key(work.precision)
     prefix = KEY_PREFIX.get(work.kernel_class, gpu.architecture)
-    return table.get(f"{prefix}-{key}", table.get(key, table["bf16"]))
+    return table[efficiency_key(table, prefix, peak_key(work.precision), work.head_dim)]
 
 
 def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:

@@ -37,7 +37,7 @@ from workloads.blocks import fuses_grouped_mlp
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
 from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
-from simulator.costs import peak_key
+from simulator.costs import efficiency_key, peak_key
 from simulator.scenario import Scenario
 from simulator.validation import RowResult, row_scenario, validate_rows
 
@@ -193,6 +193,10 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
                     and fuses_grouped_mlp(recipe))
         if architecture == "window":
             return name == "attention_efficiency" and scenario.model.sliding_window is not None
+        if name == "attention_efficiency":
+            return entry == efficiency_key(params.attention_efficiency, gpu.architecture,
+                                           "fp8" if recipe.fp8_attention else "bf16",
+                                           scenario.model.query_key_head_dim)
         if precision != "bf16" and peak_key(recipe.precision) != precision:
             return False
         if architecture:

@@ -2,6 +2,7 @@
 
 import csv
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -334,3 +335,11 @@ def test_calibrate_stopped_before_its_first_step_writes_nothing(tmp_path, capsys
     error = capsys.readouterr().err.strip()
     assert error.startswith("moesim: error: calibrate: stopped before its first step")
     assert "\n" not in error and not output.exists()
+
+
+def test_a_head_dim_key_starts_from_the_value_the_cost_model_falls_back_to():
+    table = {"bf16": 0.5, "fp8": 0.45, "blackwell-fp8": 0.4}
+    params = replace(DEFAULT_PARAMS, attention_efficiency=table)
+    assert params_value(params, "attention_efficiency.blackwell-fp8-d96") == 0.4
+    assert params_value(params, "attention_efficiency.hopper-fp8-d96") == 0.45
+    assert params_value(params, "attention_efficiency.hopper-bf16") == 0.5

@@ -141,6 +141,14 @@ def test_touches_skips_rows_a_parameter_cannot_change():
     assert not touches("schedule_node_host_s", gb300, DEFAULT_PARAMS)
     assert touches("schedule_node_host_s", replace(
         gb300, recipe=recipe_with(gb300.recipe, cuda_graphs="partial")), DEFAULT_PARAMS)
+    fp8_attention = replace(gb300, recipe=recipe_with(gb300.recipe, fp8_attention=True))
+    qwen3 = replace(fp8_attention, model=model_spec("qwen3-30b-a3b"))
+    for key, scenario in (("blackwell-ultra-fp8", fp8_attention),
+                          ("blackwell-ultra-fp8-d128", qwen3)):
+        assert touches(f"attention_efficiency.{key}", scenario, DEFAULT_PARAMS)
+    for key, scenario in (("blackwell-ultra-fp8-d128", fp8_attention),
+                          ("blackwell-ultra-fp8", qwen3), ("blackwell-ultra-bf16-d128", qwen3)):
+        assert not touches(f"attention_efficiency.{key}", scenario, DEFAULT_PARAMS)
 
 
 def test_fused_grouped_mlp_launches_six_kernels_whatever_the_local_experts():
@@ -278,6 +286,25 @@ def test_fused_attention_matches_cudnn_benchmark(gpu_name, precision, measured_m
     recipe_ = recipe_with(recipe("megatron-defaults"), precision="mxfp8",
                           fp8_attention=precision == "fp8")
     core = attention_blocks(DSV3, plan, recipe_)["core_attn"]
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0)
+    gpu = gpu_spec(gpu_name)
+    seconds = compute_time_s(core.forward, gpu, params) + compute_time_s(core.backward, gpu,
+                                                                         params)
+    assert seconds * 1e3 == pytest.approx(measured_ms, rel=0.03)
+
+
+@pytest.mark.parametrize("gpu_name, precision, measured_ms", [
+    ("gb200", "fp8", 0.324 + 1.390), ("gb300", "fp8", 0.235 + 1.256),
+    ("gb200", "bf16", 0.417 + 1.248), ("gb300", "bf16", 0.316 + 1.129)])
+def test_head_dim_128_attention_matches_cudnn_benchmark(gpu_name, precision, measured_ms):
+    """The same benchmark's Llama 3.1 shape (64 query and 8 key/value heads of dim 128, batch
+    2, 4,096 causal tokens; results/llama3.1, 2026-09-28): at this head dim MXFP8 attention is
+    no faster than BF16, and the head-dim efficiency gives both."""
+    plan = ParallelPlan(num_gpus=8, tp=1, pp=1, ep=1, mbs=2, gbs=16, seq_len=4096)
+    recipe_ = recipe_with(recipe("megatron-defaults"), precision="mxfp8",
+                          fp8_attention=precision == "fp8")
+    core = attention_blocks(model_spec("llama3-70b"), plan, recipe_)["core_attn"]
+    assert core.forward.head_dim == 128
     params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0)
     gpu = gpu_spec(gpu_name)
     seconds = compute_time_s(core.forward, gpu, params) + compute_time_s(core.backward, gpu,

@@ -257,8 +257,10 @@ def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
                  BACKWARD_ATTENTION_FACTOR)
     if not windowed:
         scores = core_flops / flops.core_attention_flops_per_score(model)
-        core = BlockWork(forward=replace(core.forward, exponentials=scores),
-                         backward=replace(core.backward, exponentials=scores))
+        head_dim = model.query_key_head_dim
+        core = BlockWork(
+            forward=replace(core.forward, exponentials=scores, head_dim=head_dim),
+            backward=replace(core.backward, exponentials=scores, head_dim=head_dim))
     return {"norms": _with_recompute(norms, full or "layernorm" in modules),
             "attn_proj": _with_recompute(proj, full),
             "core_attn": _with_recompute(core, full or "core_attn" in modules)}

@@ -59,7 +59,8 @@ class Work:
     `streaming_hbm_bytes`: bytes that the task's memory-bound kernels (activation function,
     quantisation) move before or after its GEMMs, in series with them. `exponentials`: the
     softmax exponentials of fused attention, which the special-function units compute in
-    series with its matmuls."""
+    series with its matmuls. `head_dim`: fused attention's query/key head dimension, for the
+    efficiencies measured per head dimension (0: not attention)."""
 
     flops: float
     hbm_bytes: float
@@ -70,13 +71,14 @@ class Work:
     pdl: bool = False
     streaming_hbm_bytes: float = 0.0
     exponentials: float = 0.0
+    head_dim: int = 0
 
     def __post_init__(self) -> None:
         if (self.flops < 0 or self.hbm_bytes < 0 or self.kernels < 0
-                or self.streaming_hbm_bytes < 0 or self.exponentials < 0):
+                or self.streaming_hbm_bytes < 0 or self.exponentials < 0 or self.head_dim < 0):
             raise ValueError(f"work: flops={self.flops}, hbm_bytes={self.hbm_bytes}, "
                              f"streaming_hbm_bytes={self.streaming_hbm_bytes}, "
-                             f"exponentials={self.exponentials}, "
+                             f"exponentials={self.exponentials}, head_dim={self.head_dim}, "
                              f"kernels={self.kernels} must be >= 0")
 
 

@@ -188,6 +188,14 @@ class ModelSpec:
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
     @property
+    def query_key_head_dim(self) -> int:
+        """Head dimension of queries and keys: MLA's no-position plus rotary dims, else the
+        GQA head dim."""
+        if self.attention == "mla":
+            return self.qk_head_dim + self.qk_pos_emb_head_dim
+        return self.head_dim
+
+    @property
     def query_groups(self) -> int:
         """GQA key/value heads."""
         return self.num_query_groups or self.num_attention_heads
