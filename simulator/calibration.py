@@ -11,7 +11,6 @@ made of ../shared/data/calibration.csv ships as calibration.yaml and is DEFAULT_
 from __future__ import annotations
 
 import re
-
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from pathlib import Path
@@ -185,16 +184,17 @@ SCALAR_FIELDS = tuple(f.name for f in fields(CostParams)
 
 def params_value(params: CostParams, key: str) -> float:
     """The value of a scalar field, or of `field.key` inside a mapping field (falling back
-    as the cost model does: "<arch>-<precision>" to "<precision>")."""
+    as the cost model does: "<arch>-<precision>-d<head dim>" to "<arch>-<precision>" to
+    "<precision>")."""
     name, _, entry = key.partition(".")
     current = getattr(params, name)
     if not entry:
         return float(current)
-    for candidate in (entry, re.sub(r"-d\d+$", "", entry)):
+    any_head_dim = re.sub(r"-d\d+$", "", entry)
+    for candidate in (entry, any_head_dim):
         if candidate in current:
             return float(current[candidate])
-    fallback = re.sub(r"-d\d+$", "", entry).rsplit("-", 1)[-1]
-    return float(current.get(fallback, current.get("bf16", 0.0)))
+    return float(current.get(any_head_dim.rsplit("-", 1)[-1], current.get("bf16", 0.0)))
 
 
 def params_with(params: CostParams, key: str, value: float) -> CostParams:
