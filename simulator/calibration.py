@@ -182,19 +182,30 @@ SCALAR_FIELDS = tuple(f.name for f in fields(CostParams)
                       if isinstance(getattr(FIRST_PRINCIPLES, f.name), float))
 
 
+def efficiency_key(table: Mapping[str, float], prefix: str, precision_key: str,
+                   head_dim: int = 0) -> str:
+    """The key of `table` that a kernel uses, most specific first: "<prefix>-<precision>-d<head
+    dim>" (attention), "<prefix>-<precision>" (prefix: the GPU architecture, "fused" for the
+    fused grouped MLP, "window" for sliding-window attention), "<precision>", "bf16"."""
+    key = f"{prefix}-{precision_key}"
+    for candidate in (f"{key}-d{head_dim}", key, precision_key):
+        if candidate in table:
+            return candidate
+    return "bf16"
+
+
 def params_value(params: CostParams, key: str) -> float:
     """The value of a scalar field, or of `field.key` inside a mapping field (falling back
-    as the cost model does: "<arch>-<precision>-d<head dim>" to "<arch>-<precision>" to
-    "<precision>")."""
+    as the cost model does, `efficiency_key`)."""
     name, _, entry = key.partition(".")
     current = getattr(params, name)
     if not entry:
         return float(current)
-    any_head_dim = re.sub(r"-d\d+$", "", entry)
-    for candidate in (entry, any_head_dim):
-        if candidate in current:
-            return float(current[candidate])
-    return float(current.get(any_head_dim.rsplit("-", 1)[-1], current.get("bf16", 0.0)))
+    parts = re.fullmatch(r"(.*?)(?:-d(\d+))?", entry)
+    assert parts is not None  # the pattern matches any string
+    prefix, _, precision = parts[1].rpartition("-")
+    return float(current.get(efficiency_key(current, prefix, precision, int(parts[2] or 0)),
+                             0.0))
 
 
 def params_with(params: CostParams, key: str, value: float) -> CostParams:

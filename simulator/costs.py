@@ -17,12 +17,10 @@ hidden when the CPU runs ahead and exposed after a host synchronisation.
 
 from __future__ import annotations
 
-from typing import Mapping
-
 from topologies.hardware import GPUSpec
 from workloads.graph import KernelClass, Work
 
-from simulator.calibration import CostParams
+from simulator.calibration import CostParams, efficiency_key
 
 PEAK_KEY = {"bf16": "bf16", "fp8-cs": "fp8", "fp8-blockwise": "fp8", "mxfp8": "fp8",
             "nvfp4": "nvfp4", "fp8": "fp8"}
@@ -37,18 +35,6 @@ def peak_key(precision: str) -> str:
     if precision not in PEAK_KEY:
         raise ValueError(f"precision={precision!r}: known are {', '.join(sorted(PEAK_KEY))}")
     return PEAK_KEY[precision]
-
-
-def efficiency_key(table: Mapping[str, float], prefix: str, precision_key: str,
-                   head_dim: int = 0) -> str:
-    """The key of `table` that a kernel uses, most specific first: "<prefix>-<precision>-d<head
-    dim>" (attention), "<prefix>-<precision>" (prefix: the GPU architecture, "fused" for the
-    fused grouped MLP, "window" for sliding-window attention), "<precision>", "bf16"."""
-    key = f"{prefix}-{precision_key}"
-    for candidate in (f"{key}-d{head_dim}", key, precision_key):
-        if candidate in table:
-            return candidate
-    return "bf16"
 
 
 def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:

@@ -36,8 +36,9 @@ from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
-from simulator.calibration import FIRST_PRINCIPLES, CostParams, params_value, params_with
-from simulator.costs import efficiency_key, peak_key
+from simulator.calibration import (FIRST_PRINCIPLES, CostParams, efficiency_key, params_value,
+                                   params_with)
+from simulator.costs import peak_key
 from simulator.scenario import Scenario
 from simulator.validation import RowResult, row_scenario, validate_rows
 
