@@ -24,7 +24,7 @@ from workloads.routing import dispatch_copies_per_token
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan, pipeline_layout
 from workloads.recipes import Recipe
-from workloads.schedules import warmup_forwards
+from workloads.schedules import activations_in_flight, chunk_stages
 from workloads.step_params import chunk_params, rank_params
 
 GIB = 2**30
@@ -119,11 +119,13 @@ def _unit_activation_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
 def activation_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, stage: int) -> float:
     """Peak activations on a GPU of pipeline stage `stage` (its chunks' mean unit size)."""
     stages = pipeline_layout(plan, model)
-    units = [_unit_activation_bytes(model, plan, recipe, stages[chunk * plan.pp + stage],
-                                    sum(s.count("t") for s in stages[:chunk * plan.pp + stage]))
-             for chunk in range(plan.vpp)]
-    in_flight = warmup_forwards(stage, plan.pp, plan.vpp, plan.num_microbatches) + 1
-    layers = sum(stages[chunk * plan.pp + stage].count("t") for chunk in range(plan.vpp))
+    schedule = recipe.pipeline_schedule
+    virtuals = chunk_stages(schedule, stage, plan.pp, plan.vpp)
+    units = [_unit_activation_bytes(model, plan, recipe, stages[v],
+                                    sum(s.count("t") for s in stages[:v])) for v in virtuals]
+    in_flight = activations_in_flight(schedule, stage, plan.pp, plan.vpp, plan.num_microbatches,
+                                      recipe.a2a_overlap)
+    layers = sum(stages[v].count("t") for v in virtuals)
     on_gpu = 1.0 - min(recipe.activation_offload_layers, layers) / max(layers, 1)
     return in_flight * on_gpu * sum(units) / len(units)
 
@@ -140,14 +142,14 @@ def buffer_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
 def estimate_memory(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
                     stage: int) -> MemoryEstimate:
     stages = pipeline_layout(plan, model)
-    dense, expert = rank_params(model, plan, stages, stage)
+    dense, expert = rank_params(model, plan, stages, recipe.pipeline_schedule, stage)
     params = dense + expert
     fsdp = plan.dp_sharding == "fsdp"
     # Megatron shards dense state over data parallelism with context parallelism (CP ranks
     # hold the same weights): parallel_state's data-parallel group with_context_parallel.
     shard = dense / (plan.dp * plan.cp) + expert / plan.expert_dp
-    layer = max(sum(chunk_params(model, plan, stages, c * plan.pp + stage))
-                / max(1, len(stages[c * plan.pp + stage])) for c in range(plan.vpp))
+    layer = max(sum(chunk_params(model, plan, stages, v)) / max(1, len(stages[v]))
+                for v in chunk_stages(recipe.pipeline_schedule, stage, plan.pp, plan.vpp))
     return MemoryEstimate(
         weights_bytes=(shard + 2 * layer if fsdp else params) * BF16_BYTES,
         gradients_bytes=(shard + layer if fsdp else params) * recipe.grad_reduce_dtype_bytes,

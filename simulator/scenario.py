@@ -26,6 +26,7 @@ from workloads.flops import model_flops_per_step, model_flops_per_token
 from workloads.models import ModelSpec, model_spec
 from workloads.parallelism import ParallelPlan, validate_plan
 from workloads.recipes import Recipe, recipe
+from workloads.schedules import check_schedule
 from workloads.step import StepSpec, build_step
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams, host_params
@@ -184,8 +185,11 @@ def asymmetric_ranks(scenario: Scenario) -> tuple[frozenset[int], ...]:
 
 
 def check_scenario(scenario: Scenario) -> MemoryEstimate:
-    """The plan's rules and its peak memory per GPU; a one-line error if either fails."""
-    validate_plan(scenario.plan, scenario.model)
+    """The plan's and its schedule's rules and its peak memory per GPU; a one-line error if
+    any fails."""
+    plan, recipe_ = scenario.plan, scenario.recipe
+    validate_plan(plan, scenario.model)
+    check_schedule(recipe_.pipeline_schedule, plan.pp, plan.vpp, plan.num_microbatches)
     memory = peak_memory(scenario.model, scenario.plan, scenario.recipe)
     check_fits(memory, system_gpu(scenario.system))
     return memory

@@ -145,14 +145,22 @@ def row_scenario(row: dict[str, Any]) -> Scenario:
         raise ValueError(f"gpu={row['gpu']!r}: known are {', '.join(SYSTEM_OF_GPU)}")
     system = load_system(SYSTEM_OF_GPU[row["gpu"]])
     integers = {c: int(row[c]) for c in INTEGER_COLUMNS}
+    recipe_ = row_recipe(row)
     plan = ParallelPlan(num_gpus=integers["num_gpus"], tp=integers["tp"], pp=integers["pp"],
-                        vpp=integers["vpp"], ep=integers["ep"], etp=integers["etp"],
+                        vpp=_chunks_per_rank(integers["vpp"], recipe_),
+                        ep=integers["ep"], etp=integers["etp"],
                         cp=integers["cp"], mbs=integers["mbs"], gbs=integers["gbs"],
                         seq_len=integers["seq_len"],
                         dp_sharding="fsdp" if integers["fsdp"] else "distributed-optimizer")
     domain = default_domain_size(system)
     return Scenario(system=system, model=model_spec(row["model"]).with_mtp(integers["mtp_layers"]),
-                    plan=plan, recipe=row_recipe(row), domain_size=domain)
+                    plan=plan, recipe=recipe_, domain_size=domain)
+
+
+def _chunks_per_rank(vpp: int, recipe_: Recipe) -> int:
+    """The row's vpp, except under DualPipe: its rows count no virtual stages (vpp = 1), but
+    each of its ranks runs two stages, as the DualPipeV that moesim runs for it does (vpp = 2)."""
+    return 2 if recipe_.pipeline_schedule == "dualpipev" and vpp == 1 else vpp
 
 
 def _measured(row: dict[str, Any]) -> tuple[float | None, float | None]:

@@ -1,6 +1,6 @@
 """Pipeline schedules: 1F1B warm-up counts, the steady-state (forward, backward) pairs that
-EP all-to-all overlap runs against each other, and the order in which a pair's tasks are
-issued (Megatron's combined 1F1B)."""
+EP all-to-all overlap runs against each other, the order in which a pair's tasks are issued
+(Megatron's combined 1F1B), and DualPipeV's V-shaped order and its rules."""
 
 from __future__ import annotations
 
@@ -8,17 +8,18 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.scenario import run_scenario
+from simulator.scenario import check_scenario, run_scenario
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import recipe, recipe_with
-from workloads.schedules import RankSchedule, Unit, one_f_one_b, warmup_forwards
+from workloads.schedules import (RankSchedule, Unit, activations_in_flight, chunk_stages,
+                                 dualpipe_v, one_f_one_b, rank_of_stage, warmup_forwards)
 from workloads.step import StepSpec, build_step
 
 PLANS = [(1, 1, 8), (4, 1, 8), (4, 2, 8), (2, 8, 4)]  # (pp, vpp, micro batches)
 
 
 def _pairs(schedule: RankSchedule) -> list[tuple[Unit, ...]]:
-    return [schedule.units[i:i + 2] for i in schedule.pair_starts()]
+    return [schedule.units[i:i + 2] for i in schedule.pair_starts]
 
 
 @pytest.mark.parametrize("pp, vpp, microbatches", PLANS)
@@ -154,3 +155,84 @@ def test_schedule_node_host_time_slows_an_eager_overlapped_step_only(make_scenar
             scenario.params, schedule_node_host_s=seconds))).metrics.step_time_s
             for seconds in (0.0, 200e-6))
         assert (dear > cheap) if slower else dear == cheap
+
+
+@pytest.mark.parametrize("pp, microbatches", [(2, 4), (4, 8), (4, 11), (8, 20)])
+def test_dualpipev_runs_each_unit_once_in_order_and_pairs_one_chunk_against_the_other(
+        pp, microbatches):
+    """Every rank runs each micro batch forward and backward through both of its chunks, in
+    micro-batch order, a backward after its forward; an overlapped pair is a forward of one
+    chunk against a backward of the other: (F0 & B1) and (F1 & B0) m - 2 pp + r + 1 times,
+    (F1 & B0) pp - r - 1 more, less the middle rank's first (F0, B1), run unpaired."""
+    for rank in range(pp):
+        schedule = dualpipe_v(rank, pp, microbatches)
+        for phase in "FB":
+            for chunk in (0, 1):
+                assert [u.microbatch for u in schedule.units
+                        if (u.phase, u.chunk) == (phase, chunk)] == list(range(microbatches))
+        position = {unit: index for index, unit in enumerate(schedule.units)}
+        assert all(position[Unit("F", unit.microbatch, unit.chunk)] < index
+                   for unit, index in position.items() if unit.phase == "B")
+        pairs = _pairs(schedule)
+        assert all((f.phase, b.phase) == ("F", "B") and f.chunk != b.chunk for f, b in pairs)
+        main = microbatches - 2 * pp + rank + 1
+        assert len(pairs) == 2 * main + (pp - rank - 1) - (rank == pp - 1)
+
+
+@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("1f1b", 3), ("dualpipev", 2)])
+def test_each_virtual_stage_is_run_by_the_rank_that_holds_it(schedule, vpp):
+    """Interleaved 1F1B loops the virtual stages over the ranks; DualPipeV folds them in a V,
+    so that rank 0 holds the first and the last."""
+    pp = 4
+    held = [v for rank in range(pp) for v in chunk_stages(schedule, rank, pp, vpp)]
+    assert sorted(held) == list(range(pp * vpp))
+    for rank in range(pp):
+        assert all(rank_of_stage(schedule, v, pp) == rank
+                   for v in chunk_stages(schedule, rank, pp, vpp))
+    assert (chunk_stages(schedule, 0, pp, vpp)[-1] == pp * vpp - 1) == (schedule == "dualpipev")
+
+
+def test_dualpipev_holds_two_pp_chunks_of_activations_at_its_peak():
+    """After its warm-up every rank holds 2 pp chunks; overlapped pairs free a layer as they
+    store one, so only the middle rank's unpaired first forward, or a step without the
+    overlap, adds one."""
+    pp, microbatches = 4, 12
+    assert [activations_in_flight("dualpipev", r, pp, 2, microbatches, True)
+            for r in range(pp)] == [8, 8, 8, 9]
+    assert [activations_in_flight("dualpipev", r, pp, 2, microbatches, False)
+            for r in range(pp)] == [9] * pp
+
+
+def test_dualpipev_steps_overlap_expert_traffic_under_the_other_chunks_compute(make_scenario):
+    """pp = 2, four micro batches: the same DualPipeV step with its F&B pairs overlapped is
+    shorter and exposes less expert-parallel traffic than run unpaired, and its two chunks
+    share the ranks' layers with neither a rank nor a stage left out."""
+    base = make_scenario(tp=1, pp=2, vpp=2, ep=4)
+    paired = replace(base, recipe=recipe_with(base.recipe, pipeline_schedule="dualpipev"))
+    unpaired = replace(paired, recipe=recipe_with(paired.recipe, a2a_overlap=False))
+    results = [run_scenario(s) for s in (paired, unpaired)]
+    with_overlap, without = (r.metrics for r in results)
+    assert with_overlap.step_time_s < without.step_time_s
+    assert with_overlap.breakdown_s["exposed_ep"] < without.breakdown_s["exposed_ep"]
+    stages = {name.split("/")[2] for name in (t.name for t in results[0].trace.records)
+              if name.count("/") >= 3 and name.split("/")[1][:1] in "FB"}
+    assert stages == {"v0", "v1", "v2", "v3"}
+
+
+@pytest.mark.parametrize("plan, changes, message", [
+    (dict(pp=2, vpp=1, ep=4), dict(pipeline_schedule="dualpipev"), "set vpp=2"),
+    (dict(pp=4, vpp=2, ep=4, gbs=16), dict(pipeline_schedule="dualpipev"),
+     "needs at least 2\\*pp=8"),
+    (dict(pp=4, vpp=2, ep=4, gbs=24), {}, "needs a multiple of pp=4"),
+])
+def test_a_schedule_the_pipeline_cannot_run_is_a_one_line_error(make_scenario, plan, changes,
+                                                                message):
+    """DualPipeV needs two chunks per rank and at least 2 pp micro batches; interleaved 1F1B
+    a multiple of pp."""
+    scenario = make_scenario(tp=1)
+    parallel = ParallelPlan(num_gpus=16, mbs=1, seq_len=256, **{"gbs": 32, **plan})
+    scenario = replace(scenario, plan=parallel,
+                       recipe=recipe_with(scenario.recipe, **changes))
+    with pytest.raises(ValueError, match=message) as failure:
+        check_scenario(scenario)
+    assert "\n" not in str(failure.value)

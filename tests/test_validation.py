@@ -95,3 +95,14 @@ def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and all(w in err for w in words)
+
+
+def test_a_dualpipe_row_runs_as_dualpipev_with_two_stages_per_rank():
+    """DeepSeek's DualPipe rows count no virtual stages (vpp = 1) though each rank runs two;
+    moesim runs them as DualPipeV with vpp = 2 on the same ranks. Other rows keep their vpp."""
+    row = read_measurements(FIXTURE)[0]
+    plain = row_scenario({**row, "pp": "2"})
+    dualpipe = row_scenario({**row, "pp": "2", "release": "deepseek-2024", "precision": "bf16",
+                             "dispatcher": "alltoall"})
+    assert (plain.plan.vpp, plain.recipe.pipeline_schedule) == (1, "1f1b")
+    assert (dualpipe.plan.vpp, dualpipe.recipe.pipeline_schedule) == (2, "dualpipev")

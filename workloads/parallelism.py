@@ -104,9 +104,6 @@ def _check_pipeline(plan: ParallelPlan) -> None:
     if plan.num_microbatches < plan.pp:
         raise ValueError(f"gbs={plan.gbs}: num_microbatches=gbs/(mbs*dp)={plan.num_microbatches} "
                          f"must be >= pp={plan.pp}")
-    if plan.vpp > 1 and plan.num_microbatches % plan.pp != 0:
-        raise ValueError(f"gbs={plan.gbs}: num_microbatches={plan.num_microbatches} must be "
-                         f"divisible by pp={plan.pp} with vpp > 1 (interleaved 1F1B)")
 
 
 def validate_plan(plan: ParallelPlan, model: ModelSpec) -> None:

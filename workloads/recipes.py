@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from workloads.schedules import SCHEDULES
+
 PRECISIONS = ("bf16", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4")
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 NCCL_DISPATCHERS = ("alltoall", "allgather")
@@ -75,6 +77,8 @@ class Recipe:
         combine that replaces the calibrated comm_efficiency "deepep-nvlink" (None: the
         calibrated one); the GB200 guide's steps 03-05 ran the untuned EP32 community port
         (DEEPEP_UNTUNED_MNNVL_EFFICIENCY).
+    pipeline_schedule: "1f1b" (Megatron's 1F1B, interleaved when vpp > 1) or "dualpipev"
+        (DeepSeek's V-shaped DualPipe: two chunks per rank, vpp = 2; workloads.schedules).
     """
 
     name: str
@@ -106,10 +110,11 @@ class Recipe:
     fused_grouped_mlp: bool = False
     fused_mlp_dbias_slowdown: float = 1.0
     deepep_nvlink_efficiency: float | None = None
+    pipeline_schedule: str = "1f1b"
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
-                               ("cuda_graphs", CUDA_GRAPHS)):
+                               ("cuda_graphs", CUDA_GRAPHS), ("pipeline_schedule", SCHEDULES)):
             if getattr(self, field) not in allowed:
                 raise ValueError(f"{field}={getattr(self, field)!r}: must be one of {allowed}")
         _check_dispatcher_sms(self)
@@ -335,11 +340,15 @@ _RELEASES = (
             grad_reduce_dtype_bytes=2,
             router_fusion=True, permute_fusion=True),
     replace(_MBRIDGE_26_02, name="mbridge-skill-2026"),
-    # DeepSeek's own H800 run (DeepSeek-V3 report §3): DualPipe (counted as A2A overlap),
-    # DeepEP-style kernels on 20 SMs, FP8 blockwise, BF16 moments, recompute of RMSNorm and
-    # MLA up-projections; ZeRO-1 data parallelism.
+    # DeepSeek's own H800 run (DeepSeek-V3 report §3): DualPipe with its overlapped F&B pairs,
+    # run as DualPipeV on the same ranks (the same bubble and overlap, DeepSeek-V3 report
+    # §3.2.1 and the DualPipe README; one copy of the parameters where DualPipe holds two, so
+    # memory counts one stage's parameters fewer), DeepEP-style kernels on 20 SMs, FP8
+    # blockwise, BF16 moments, recompute of RMSNorm and MLA up-projections; ZeRO-1 data
+    # parallelism.
     replace(_MEGATRON_DEFAULTS, name="deepseek-2024", precision="fp8-blockwise",
             dispatcher="deepep", dispatcher_sms=20, a2a_overlap=True,
+            pipeline_schedule="dualpipev",
             recompute_modules=("mla_up_proj", "layernorm"), optimizer_state_bytes_per_param=8.0,
             grad_reduce_dtype_bytes=4),
     # NeMo 2.0 tables (Llama, Mixtral): Megatron defaults, flags per row.

@@ -43,8 +43,8 @@ from workloads.position_classes import position_classes
 from workloads.recipes import (NCCL_DISPATCHERS, Recipe, host_runs_schedule_nodes,
                                static_expert_shapes)
 from workloads.routing import dispatch_copies_per_token, routing_of
-from workloads.schedules import (LAYER_PHASES, Segments, Unit, drain, interleave,
-                                 one_f_one_b)
+from workloads.schedules import (LAYER_PHASES, Segments, Unit, chunk_stages, drain, interleave,
+                                 rank_of_stage, rank_schedule)
 from workloads.step_params import chunk_params, rank_params
 
 ATTENTION_BLOCKS = ("norms", "attn_proj", "core_attn")
@@ -146,17 +146,30 @@ class _Step:
     def _classes_of(self, group: tuple[int, ...]) -> tuple[int, ...]:
         return tuple(sorted({self.classes[rank % self.plan.ranks_per_stage] for rank in group}))
 
-    def _pp_peer(self, rank: int, delta: int) -> int:
-        stage = stage_of(self.plan, rank)
-        return rank + ((stage + delta) % self.plan.pp - stage) * self.plan.ranks_per_stage
+    def _virtual(self, rank: int, chunk: int) -> int:
+        """The virtual stage chunk `chunk` of `rank` runs."""
+        return chunk_stages(self.recipe.pipeline_schedule, stage_of(self.plan, rank),
+                            self.plan.pp, self.plan.vpp)[chunk]
+
+    def _runs(self, rank: int, virtual: int) -> int:
+        """The rank of `rank`'s pipeline (same position in its stage) that runs `virtual`."""
+        stage = rank_of_stage(self.recipe.pipeline_schedule, virtual, self.plan.pp)
+        return rank + (stage - stage_of(self.plan, rank)) * self.plan.ranks_per_stage
+
+    def _from_stage(self, rank: int, phase: str, microbatch: int, virtual: int) -> str:
+        """What a unit waits for from virtual stage `virtual`: its send, or the end of its
+        unit where the same rank runs both (DualPipeV's turn of the V)."""
+        peer = self._runs(rank, virtual)
+        return f"{peer}/{phase}{microbatch}/v{virtual}/" + ("end" if peer == rank else "send")
 
     # --- one rank -----------------------------------------------------------------------
     def _rank(self, rank: int) -> None:
-        schedule = one_f_one_b(stage_of(self.plan, rank), self.plan.pp, self.plan.vpp,
-                               self.plan.num_microbatches, self.recipe.a2a_overlap)
+        schedule = rank_schedule(self.recipe.pipeline_schedule, stage_of(self.plan, rank),
+                                 self.plan.pp, self.plan.vpp, self.plan.num_microbatches,
+                                 self.recipe.a2a_overlap)
         gathers = self._param_gathers_at_start(rank)
         units = schedule.units
-        pairs = schedule.pair_starts() if self.recipe.a2a_overlap else range(0)
+        pairs = schedule.pair_starts if self.recipe.a2a_overlap else ()
         gate: tuple[str, ...] = ()
         previous, index = gate, 0
         last_backward: dict[int, str] = {}
@@ -195,7 +208,7 @@ class _Step:
 
         With FSDP the unit's parameters are gathered first (prefetched as soon as the unit
         before it starts) and its gradients reduce-scattered after a backward."""
-        virtual = unit.chunk * self.plan.pp + stage_of(self.plan, rank)
+        virtual = self._virtual(rank, unit.chunk)
         prefix = f"{rank}/{unit.phase}{unit.microbatch}/v{virtual}"
         after = list(gate)
         if self.fsdp:
@@ -203,14 +216,14 @@ class _Step:
                                                  virtual, prefetch_after))
         if unit.phase == "F":
             if virtual > 0:
-                after.append(f"{self._pp_peer(rank, -1)}/F{unit.microbatch}/v{virtual - 1}/send")
+                after.append(self._from_stage(rank, "F", unit.microbatch, virtual - 1))
             if unit.chunk in gathers:
                 after.extend(gathers[unit.chunk])
             symbols = self.stages[virtual]
         else:
             after.append(f"{rank}/F{unit.microbatch}/v{virtual}/end")
             if virtual < len(self.stages) - 1:
-                after.append(f"{self._pp_peer(rank, 1)}/B{unit.microbatch}/v{virtual + 1}/send")
+                after.append(self._from_stage(rank, "B", unit.microbatch, virtual + 1))
             symbols = tuple(reversed(self.stages[virtual]))
         last = yield from self._symbols(rank, unit, prefix, symbols, tuple(after))
         end = self.g.add(f"{prefix}/end", after=(last,), rank=rank, lane=Lane.COMPUTE,
@@ -237,7 +250,9 @@ class _Step:
         last_virtual = len(self.stages) - 1
         if (unit.phase == "F" and virtual == last_virtual) or (unit.phase == "B" and virtual == 0):
             return
-        peer = self._pp_peer(rank, 1 if unit.phase == "F" else -1)
+        peer = self._runs(rank, virtual + 1 if unit.phase == "F" else virtual - 1)
+        if peer == rank:
+            return
         nbytes = self.plan.mbs * self.plan.seq_len / (self.plan.cp * self.plan.tp) \
             * self.model.hidden_size * blk.BF16_BYTES
         pairs = self._pp_pairs(rank, peer)
@@ -261,7 +276,7 @@ class _Step:
     # --- layers -------------------------------------------------------------------------
     def _symbols(self, rank: int, unit: Unit, prefix: str, symbols: tuple[str, ...],
                  after: tuple[str, ...]) -> Segments:
-        layer = self._first_layer(unit.chunk * self.plan.pp + stage_of(self.plan, rank))
+        layer = self._first_layer(self._virtual(rank, unit.chunk))
         numbers = self._layer_numbers(symbols, layer, unit.phase)
         last = after
         for position, (symbol, number) in enumerate(zip(symbols, numbers)):
@@ -464,7 +479,7 @@ class _Step:
         start, not where the gathers are launched."""
         names = {}
         for chunk in range(self.plan.vpp):
-            virtual = chunk * self.plan.pp + stage_of(self.plan, rank)
+            virtual = self._virtual(rank, chunk)
             parts = self._chunk_collectives(rank, f"{rank}/ag/c{chunk}", Op.ALL_GATHER, virtual,
                                             after)
             if parts:
@@ -485,12 +500,13 @@ class _Step:
         everything = tuple(last_backward.values())
         reductions = list(self.fsdp_reductions[rank])
         for chunk, end in ([] if self.fsdp else sorted(last_backward.items())):
-            virtual = chunk * self.plan.pp + stage_of(self.plan, rank)
+            virtual = self._virtual(rank, chunk)
             reductions.extend(self._chunk_collectives(
                 rank, f"{rank}/rs/c{chunk}", Op.REDUCE_SCATTER, virtual,
                 (end,) if overlap else everything))
         reductions.extend(self._router_bias(rank, everything))
-        dense, expert = rank_params(self.model, self.plan, self.stages, stage_of(self.plan, rank))
+        dense, expert = rank_params(self.model, self.plan, self.stages,
+                                    self.recipe.pipeline_schedule, stage_of(self.plan, rank))
         shard = dense / self.plan.dp + expert / self.plan.expert_dp
         optimizer = self.g.add(f"{rank}/optimizer", after=tuple(reductions) + everything,
                                rank=rank, lane=Lane.COMPUTE, category="optimizer",

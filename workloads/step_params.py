@@ -11,6 +11,7 @@ from __future__ import annotations
 from workloads.layout import Layout
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan
+from workloads.schedules import chunk_stages
 
 
 def _layer_params(model: ModelSpec, plan: ParallelPlan, moe: bool) -> tuple[float, float]:
@@ -41,9 +42,9 @@ def chunk_params(model: ModelSpec, plan: ParallelPlan, stages: Layout,
     return dense, expert
 
 
-def rank_params(model: ModelSpec, plan: ParallelPlan, stages: Layout,
+def rank_params(model: ModelSpec, plan: ParallelPlan, stages: Layout, schedule: str,
                 stage: int) -> tuple[float, float]:
     """(dense, expert) parameters on one GPU of pipeline stage `stage`, all its chunks."""
-    parts = [chunk_params(model, plan, stages, chunk * plan.pp + stage)
-             for chunk in range(plan.vpp)]
+    parts = [chunk_params(model, plan, stages, virtual)
+             for virtual in chunk_stages(schedule, stage, plan.pp, plan.vpp)]
     return sum(p[0] for p in parts), sum(p[1] for p in parts)
