@@ -1,6 +1,6 @@
 """Steady-state extrapolation: a long step predicted from two short ones equals the whole
 simulation (its breakdown categories to within 2 % of the step), for plain and interleaved
-1F1B, eager and graphed recipes, with and without all-to-all overlap."""
+1F1B and DualPipeV, eager and graphed recipes, with and without all-to-all overlap."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from simulator.scenario import run_scenario
 from simulator.steady_state import run_steady_state, sample_microbatches
 from workloads.models import model_spec
-from workloads.recipes import recipe
+from workloads.recipes import recipe, recipe_with
 
 
 def test_short_steps_are_simulated_whole():
@@ -25,17 +25,24 @@ def test_short_steps_are_simulated_whole():
     ({"tp": 1, "pp": 4, "ep": 4}, "mbridge-25.11", 128),
     ({"tp": 1, "pp": 4, "vpp": 2, "ep": 4}, "mbridge-26.02", 128),
     ({"tp": 2, "pp": 1, "ep": 8}, "mbridge-gb200-guide-2025-11", 64),
-], ids=["pp2-vpp2-graphed", "pp4-eager", "pp4-vpp2-overlap", "pp1-guide"])
+    ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "dualpipev", 96),
+], ids=["pp2-vpp2-graphed", "pp4-eager", "pp4-vpp2-overlap", "pp1-guide", "pp2-dualpipev"])
 def test_extrapolation_equals_the_whole_step(make_scenario, plan, software, gbs):
-    scenario = make_scenario(recipe_=recipe(software), **plan)
+    software_ = (recipe_with(recipe("mbridge-26.02"), pipeline_schedule="dualpipev",
+                             a2a_overlap=True, shared_expert_overlap=False)
+                 if software == "dualpipev" else recipe(software))
+    scenario = make_scenario(recipe_=software_, **plan)
     scenario = replace(scenario, plan=replace(scenario.plan, gbs=gbs))
     assert sample_microbatches(scenario.plan.num_microbatches, scenario.plan.pp) is not None
     whole = run_scenario(scenario).metrics
     extrapolated = run_steady_state(scenario)
-    assert extrapolated.step_time_s == pytest.approx(whole.step_time_s, rel=1e-6)
-    assert extrapolated.tflops_per_gpu == pytest.approx(whole.tflops_per_gpu, rel=1e-6)
+    # 1F1B's step is affine in the micro batches from 2 pp on; DualPipeV's nearly (its main
+    # step starts r + 1 pairs in at 2 pp micro batches: 0.04 % off here).
+    rel = 1e-3 if software == "dualpipev" else 1e-6
+    assert extrapolated.step_time_s == pytest.approx(whole.step_time_s, rel=rel)
+    assert extrapolated.tflops_per_gpu == pytest.approx(whole.tflops_per_gpu, rel=rel)
     assert extrapolated.tokens_per_s_per_gpu == pytest.approx(whole.tokens_per_s_per_gpu,
-                                                              rel=1e-6)
+                                                              rel=rel)
     for key in set(whole.breakdown_s) | set(extrapolated.breakdown_s):
         assert extrapolated.breakdown_s.get(key, 0.0) == pytest.approx(
             whole.breakdown_s.get(key, 0.0), abs=0.02 * whole.step_time_s)
