@@ -22,9 +22,24 @@ BREAKDOWN_LABELS = {
 
 
 def _plan_line(s: Mapping[str, Any]) -> str:
+    schedule = s["recipe"]["pipeline_schedule"]
     return (f"TP{s['tp']} PP{s['pp']} VPP{s['vpp']} EP{s['ep']} ETP{s['etp']} CP{s['cp']} "
             f"DP{s['dp']} (expert DP {s['expert_dp']}), MBS {s['mbs']}, GBS {s['gbs']}, "
-            f"seq {s['seq_len']}, {s['num_microbatches']} micro batches per DP rank")
+            f"seq {s['seq_len']}, {s['num_microbatches']} micro batches per DP rank"
+            + ("" if schedule == "1f1b" else f", {schedule} schedule"))
+
+
+def _schedule_lines(s: Mapping[str, Any]) -> list[str]:
+    """A warning when the plan runs the 1F1B all-to-all overlap on a pipeline without virtual
+    stages, which Megatron-Core refuses (moesim runs it, each rank's pair waiting on the next
+    rank's)."""
+    recipe = s["recipe"]
+    if not (recipe["a2a_overlap"] and recipe["pipeline_schedule"] == "1f1b"
+            and s["pp"] > 1 and s["vpp"] == 1):
+        return []
+    return ["note: Megatron-Core refuses the all-to-all overlap with pp > 1 and vpp = 1; here "
+            "each rank's forward-backward pair waits on the next rank's (set vpp > 1 or "
+            "a2a_overlap=false)"]
 
 
 def _what_if_lines(s: Mapping[str, Any]) -> list[str]:
@@ -64,6 +79,7 @@ def format_summary(result: Mapping[str, Any]) -> str:
         f"moesim: {s['model']} on {s['num_gpus']} x {s['gpu']} ({s['system']}, "
         f"{s['domain_size']} GPUs per NVLink domain), recipe {s['recipe']['name']}",
         f"plan: {_plan_line(s)}",
+        *_schedule_lines(s),
         *_what_if_lines(s),
         f"  {'step time':<40}{result['step_time_s']:9.3f} s",
         f"  {'tokens/s/GPU':<40}{result['tokens_per_s_per_gpu']:9,.0f}",

@@ -153,6 +153,21 @@ def test_a_layout_set_after_plan_flags_is_kept(capsys):
                      "--pp", "2")["scenario"]["layout"] != layout
 
 
+def test_the_summary_warns_of_an_overlap_megatron_would_refuse_and_names_the_schedule(capsys):
+    """The default recipe overlaps the all-to-all; with pp > 1 and vpp = 1 Megatron-Core
+    refuses that, and the summary says so; with vpp = 2, or as DualPipeV, it does not."""
+    pipeline = ["run", *QWEN_16, "--gpus", "16", "--ep", "8", "--set", "pp=2"]
+    assert main(pipeline) == 0
+    assert "Megatron-Core refuses" in capsys.readouterr().out
+    assert main([*pipeline, "--set", "vpp=2"]) == 0
+    interleaved = capsys.readouterr().out
+    assert "Megatron-Core refuses" not in interleaved and "schedule" not in interleaved
+    assert main([*pipeline, "--set", "vpp=2", "--set", "pipeline_schedule=dualpipev",
+                 "--set", "gbs=64"]) == 0
+    dualpipe = capsys.readouterr().out
+    assert "dualpipev schedule" in dualpipe and "Megatron-Core refuses" not in dualpipe
+
+
 def test_the_summary_names_the_what_ifs_it_runs(capsys):
     small = ["run", *QWEN_16, "--gpus", "16", "--ep", "8", "--set", "domain_size=8"]
     assert main(small) == 0
