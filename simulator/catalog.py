@@ -92,6 +92,7 @@ def recipe_rows() -> list[Row]:
         "dispatcher": recipe.dispatcher,
         "cuda_graphs": recipe.cuda_graphs,
         "a2a_overlap": recipe.a2a_overlap,
+        "schedule": recipe.pipeline_schedule,
         "recompute": "+".join(recipe.recompute_modules) or "none",
     } for recipe in recipes.RECIPES.values()]
 

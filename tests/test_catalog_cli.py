@@ -70,6 +70,8 @@ def test_list_json_rows_match_the_catalogs(capsys):
     assert gpus["h100"]["nvfp4_tflops"] is None
     assert gpus["h800"]["nvlink_gb_per_s_per_dir"] == pytest.approx(200)
     assert gpus["gb300"]["hbm_gb"] == pytest.approx(279)
+    schedules = {row["name"]: row["schedule"] for row in tables["recipes"]}
+    assert (schedules["deepseek-2024"], schedules["mbridge-26.06"]) == ("dualpipev", "1f1b")
 
 
 def test_model_rows_give_published_sizes_and_megatron_flops(capsys):
