@@ -19,16 +19,17 @@ the other frees one (simulator.memory counts the plain schedule's in-flight micr
 `interleave` adds the tasks of such a pair in Megatron's per-layer order
 (COMBINED_1F1B_ORDER).
 
-DualPipeV (deepseek-ai/DualPipe dualpipev.py, the V-shaped cut-in-half DualPipe of the
-DeepSeek-V3 report §3.2.1) gives rank r two chunks, virtual stages r and 2 pp - 1 - r, so a
-micro batch runs down the ranks and back up; the F&B pairs it overlaps are a forward of one
-chunk against a backward of the other, of different micro batches. Its eight steps on rank r
-of pp, m micro batches (m >= 2 pp): 2 (pp - r - 1) F0; r + 1 times F0 F1; pp - r - 1 times
-B1 F1; m - 2 pp + r + 1 times (F0 & B1) (F1 & B0), the middle rank's first F0 and B1 not
-overlapped; pp - r - 1 times B1 (F1 & B0); r + 1 times B1 B0; pp - r - 1 times B0. moesim
-does not split a backward into its input and weight gradients, so the zero-bubble weight
-passes of steps 3, 7 and 8 stay inside their backwards: the bubble comes out a little longer
-than DualPipe's (pp/2 - 1)(F&B + B - 3W).
+DualPipeV (the V-shaped cut-in-half DualPipe of the DeepSeek-V3 report §3.2.1, shipped in
+deepseek-ai/DualPipe) gives rank r two chunks, virtual stages r and 2 pp - 1 - r, so a micro
+batch runs down the ranks and back up; the F&B pairs it overlaps are a forward of one chunk
+against a backward of the other, of different micro batches. Its eight steps are those of
+`DualPipe.step` (dualpipe.py), whose counts over one half of DualPipe's ranks become counts
+over the V's pp ranks; on rank r, m micro batches (m >= 2 pp): 2 (pp - r - 1) F0; r + 1 times
+F0 F1; pp - r - 1 times B1 F1; m - 2 pp + r + 1 times (F0 & B1) (F1 & B0), the middle rank's
+first F0 and B1 not overlapped; pp - r - 1 times B1 (F1 & B0); r + 1 times B1 B0; pp - r - 1
+times B0. moesim does not split a backward into its input and weight gradients, so the
+zero-bubble weight passes of steps 3, 7 and 8 stay inside their backwards: the bubble comes out
+a little longer than DualPipe's (pp/2 - 1)(F&B + B - 3W).
 """
 
 from __future__ import annotations
