@@ -104,6 +104,21 @@ def test_an_overlapped_shared_expert_is_launched_with_the_dispatch_and_runs_unde
     assert run_scenario(hidden).metrics.step_time_s < run_scenario(scenario).metrics.step_time_s
 
 
+def test_an_uncaptured_shared_expert_runs_after_the_dispatchs_host_sync(small_moe):
+    """Before the moe_router graph scope captured it (recipe.graph_shared_expert off, the GB200
+    guide's steps 00-08), Megatron computed the shared expert in `experts_compute`: after the
+    dispatch, launched once the host has read the token counts, ahead of the routed experts."""
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=1, ep=8)
+    eager = recipe_with(recipe("mbridge-26.02"), shared_expert_overlap=False,
+                        graph_shared_expert=False)
+    graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=eager))
+    layer = [t for t in sorted(graph.tasks, key=lambda t: t.position)
+             if t.rank == 0 and "/F0/" in t.name and "/2t." in t.name]
+    names = [t.name.rsplit(".", 1)[1] for t in layer]
+    assert names.index("dispatch") < names.index("shared_expert") == names.index("experts") - 1
+    assert [t.name.rsplit(".", 1)[1] for t in layer if t.host_sync] == ["shared_expert"]
+
+
 def test_a_chunks_forwards_and_nothing_else_wait_for_its_parameter_gathers(small_moe):
     """Overlapped parameter gathering: the step launches every chunk's all-gathers first, and
     on the in-order compute stream only that chunk's forwards may wait for them (a wait at

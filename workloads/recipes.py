@@ -62,8 +62,10 @@ class Recipe:
     pdl: programmatic dependent launch for quantisation kernels: their launch latency hides
         under the previous kernel (guide §3 table, step 08).
     norm_quant_fusion: MXFP8 quantisation fused into the norm by cuDNN (guide §2.1.5).
-    graph_shared_expert: TE-scoped graphs capture the shared expert (guide §2.3; not when
-        shared_expert_overlap is on).
+    graph_shared_expert: Megatron computes the shared expert before the router, where the
+        TE-scoped moe_router graph captures it (guide §2.3; not when shared_expert_overlap is
+        on; Megatron-LM PR 1920, Oct 2025); off, as before that, it runs after the dispatch's
+        host sync, ahead of the routed experts (MoELayer.experts_compute).
     host_numa_bound: each rank's CPU and memory bound to its GPU's NUMA node (bindpcie,
         guide §2.4); unbound, every launch takes CostParams.unbound_host_slowdown longer.
     fused_grouped_mlp: TE's operation fuser runs the routed experts as one fused grouped MLP

@@ -379,12 +379,13 @@ class _Step:
     def _moe_forward(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> Segments:
         m = self.moe
         # Megatron computes the shared expert before routing; overlapped, it is launched with
-        # the dispatch instead and runs under it.
-        overlapped = self.recipe.shared_expert_overlap
+        # the dispatch instead and runs under it; before the graph scope that captures it
+        # (recipe.graph_shared_expert off), after the dispatch, with the routed experts.
+        where = self._shared_expert_place() if "shared_expert" in m else None
         shared = (self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"], after)
-                  if "shared_expert" in m and not overlapped else None)
+                  if where == "first" else None)
         router = self._compute(rank, unit, f"{name}.router", m["router"], after)
-        if "shared_expert" in m and overlapped:
+        if where == "with_dispatch":
             shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
                                    (router,))
         yield
@@ -394,6 +395,10 @@ class _Step:
         # task, and so no wait, when the expert-parallel group is one GPU).
         sync = (dispatch != router and self.recipe.cuda_graphs != "full"
                 and not static_expert_shapes(self.recipe))
+        if where == "with_experts":
+            shared = self._compute(rank, unit, f"{name}.shared_expert", m["shared_expert"],
+                                   (dispatch,), host_sync=sync)
+            sync = False
         experts = self._compute(rank, unit, f"{name}.experts", m["experts"], (dispatch,),
                                 host_sync=sync)
         combine = self._a2a(rank, unit, f"{name}.combine", (experts,))
@@ -404,6 +409,16 @@ class _Step:
         if shared is not None:
             out = self._join(rank, name, (out, shared), unit.microbatch, unit.chunk)
         return out
+
+    def _shared_expert_place(self) -> str:
+        """Where a MoE layer's forward computes its shared expert: "with_dispatch" (overlapped
+        with it), "first" (before the router: Megatron-LM's MoELayer.shared_experts_compute,
+        which the TE-scoped moe_router graph captures, Megatron-LM PR 1920) or "with_experts"
+        (after the dispatch's host sync, ahead of the routed experts: the earlier
+        MoELayer.experts_compute, recipe.graph_shared_expert off)."""
+        if self.recipe.shared_expert_overlap:
+            return "with_dispatch"
+        return "first" if self.recipe.graph_shared_expert else "with_experts"
 
     def _moe_backward(self, rank: int, unit: Unit, name: str,
                       after: tuple[str, ...]) -> Segments:
