@@ -32,8 +32,28 @@ def _stat_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
     return lines
 
 
+def _ladder_block(name: str, ladder: Mapping[str, Any]) -> list[str]:
+    if ladder["status"] != "ok":
+        return [f"ladder {name}: {ladder['n']} steps, {ladder['reason']}"]
+    head = (f"ladder {name}: {ladder['n']} steps, {ladder['steps_with_measured_sign']} of "
+            f"{ladder['steps_judged']} changes with the measured sign; climb "
+            f"x{ladder['predicted_climb']:.3f} predicted, x{ladder['measured_climb']:.3f} "
+            f"measured ({ladder['climb_error_pct']:+.1f} %)")
+    lines = [{"step": f"{s['step']:02d}", "row": s["name"], "measured": s["measured"],
+              "predicted": s["predicted"],
+              "measured change %": s["measured_change_pct"],
+              "predicted change %": s["predicted_change_pct"],
+              "sign": "" if s["same_sign"] is None else ("ok" if s["same_sign"] else "WRONG")}
+             for s in ladder["steps"]]
+    return [head, format_table(lines)]
+
+
 def format_validation(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
-    return "\n".join([
-        format_table([_row_line(r) for r in rows]), "",
-        f"{summary['n']} rows, {summary['n_failed']} failed", "",
-        format_table(_stat_rows(summary))])
+    """Every row, the counts and the error statistics; then each optimisation ladder
+    (`summary["ladders"]`, simulator.ladders) with its steps and climb."""
+    blocks = [format_table([_row_line(r) for r in rows]), "",
+              f"{summary['n']} rows, {summary['n_failed']} failed", "",
+              format_table(_stat_rows(summary))]
+    for name, ladder in summary.get("ladders", {}).items():
+        blocks += ["", *_ladder_block(name, ladder)]
+    return "\n".join(blocks)

@@ -52,7 +52,8 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, FitResult, Loss,
                                calibration_document, fit)
-from simulator.validation import read_measurements, summarize, validate_rows
+from simulator.ladders import ladders
+from simulator.validation import RowResult, read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
 
@@ -264,7 +265,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                          "meaning": entry["meaning"]}
                         for key, entry in document["parameters"].items()]))
     fitted = [asdict(r) for r in result.final_rows]
-    print(format_validation(fitted, summarize(list(result.final_rows))))
+    print(format_validation(fitted, _summary(list(result.final_rows))))
     print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
           f"-> {result.final_objective:.4f}; rms log error "
           f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
@@ -273,7 +274,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if held:
         predicted = validate_rows(held, result.params, jobs=args.jobs)
         print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
-        print(format_validation([asdict(r) for r in predicted], summarize(predicted)))
+        print(format_validation([asdict(r) for r in predicted], _summary(predicted)))
     return 0
 
 
@@ -297,6 +298,11 @@ def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParamete
         signal.signal(signal.SIGTERM, previous)
 
 
+def _summary(results: list[RowResult]) -> dict[str, Any]:
+    """The error statistics of `summarize`, and every optimisation ladder among the rows."""
+    return {**summarize(results), "ladders": ladders(results)}
+
+
 def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
@@ -304,7 +310,7 @@ def _validate(args: argparse.Namespace) -> int:
     results = validate_rows(read_measurements(args.csv), params, jobs=args.jobs,
                             progress=not args.json)
     rows = [asdict(r) for r in results]
-    summary = summarize(results)
+    summary = _summary(results)
     if args.plot:
         write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} "
                               f"(median |error| {summary['median_abs_error_pct']:.1f} %)")
