@@ -15,12 +15,9 @@ a ladder whose rows mix the two is compared on TFLOP/s.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Sequence
 
-from simulator.validation import RowResult
-
-LADDER_ROW = re.compile(r"ladder-([a-z0-9]+)-(\d\d)(?:-|$)")
+from simulator.validation import LADDER_ROW, RowResult
 
 
 def _pairs(rows: Sequence[RowResult]) -> list[tuple[float | None, float | None]]:

@@ -47,7 +47,9 @@ REQUIRED_COLUMNS = ("name", "model", "gpu", "num_gpus", "precision", "tp", "pp",
                     "recompute", "dispatcher", "cuda_graphs", "a2a_overlap", "fp8_attention",
                     "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
                     "flops_formula")
-LADDER_NAME = re.compile(r"ladder-gb200-(\d\d)\b")
+# An optimisation ladder's row: `ladder-<ladder>-<NN>-<slug>` (data/README.md "Names"); the
+# GB200 guide's is ladder "gb200" (simulator.ladders reports every ladder).
+LADDER_ROW = re.compile(r"ladder-([a-z0-9]+)-(\d\d)\b")
 # Megatron-Bridge's token-drop MoE (moe_token_drop.py): capacity factor 1, padded to capacity.
 TOKEN_DROP_CAPACITY_FACTOR = 1.0
 # Containers whose recipe differs from their release's (data/README.md: the `release` maps
@@ -104,9 +106,9 @@ def _release_recipe(row: dict[str, Any]) -> Recipe:
     (workloads.model_presets); a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
     the name, data/README.md) gets the guide's recipe after step NN, a row of a container
     with a recipe of its own (CONTAINER_RECIPES, by name) that recipe."""
-    ladder = LADDER_NAME.match(row["name"])
-    if row["release"] == GB200_GUIDE and ladder:
-        return guide_step_recipe(int(ladder.group(1)))
+    ladder = LADDER_ROW.match(row["name"])
+    if row["release"] == GB200_GUIDE and ladder and ladder[1] == "gb200":
+        return guide_step_recipe(int(ladder[2]))
     release = next((name for prefix, name in CONTAINER_RECIPES.items()
                     if row["name"].startswith(prefix)), row["release"])
     return recipe_with(recipe(release), **model_preset(
