@@ -70,10 +70,18 @@ class CostParams:
     # forward is no faster (168) and its backward 4.5x slower (41 TFLOP/s), 2.27 ms fwd + bwd
     # against 0.67 in BF16: 0.0105 of the FP8 peak on GB200, 0.0118 on GB300 (2.02 ms), 0.011
     # (same repository, results/gpt_oss, 2026-09-28).
+    # "*-fp8-d64": GPT-OSS's full causal layers (head dim 64) in MXFP8. The same benchmark's
+    # MXFP8 backward grows with the square of the sequence although the window is fixed (GB200:
+    # 0.642, 2.072, 7.368, 27.85, 106.9 ms from 2,048 to 32,768 tokens; BF16 grows linearly,
+    # 0.234 ... 3.662): it does the whole causal work, so its 2.072 ms (GB200) and 1.851 ms
+    # (GB300) at 4,096 tokens are a full causal layer's backward. Less one exponential per score,
+    # with the forward at the head-dim-128 MXFP8 share (no head-dim-64 causal forward measured),
+    # the matmuls run at 0.19 of the FP8 peak on both.
     attention_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.56, "fp8": 0.50, "blackwell-fp8": 0.40, "blackwell-ultra-fp8": 0.40,
          "blackwell-bf16-d128": 0.62, "blackwell-ultra-bf16-d128": 0.62,
          "blackwell-fp8-d128": 0.30, "blackwell-ultra-fp8-d128": 0.30,
+         "blackwell-fp8-d64": 0.19, "blackwell-ultra-fp8-d64": 0.19,
          "window-bf16": 0.07, "window-fp8": 0.011}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80

@@ -407,3 +407,26 @@ def test_a_slow_host_also_runs_schedule_nodes_slower():
     grace = host_params(DEFAULT_PARAMS, numa_bound=True, host_cpu="grace")
     assert grace.schedule_node_host_s == pytest.approx(
         DEFAULT_PARAMS.schedule_node_host_s * DEFAULT_PARAMS.grace_host_slowdown)
+
+
+def test_gpt_oss_full_causal_fp8_attention_runs_at_the_head_dim_64_rate():
+    """cuDNN's MXFP8 backward at head dim 64 does the whole causal work: a full layer's
+    attention in MXFP8 is slower than in BF16, and takes the d64 key, which no other model
+    touches."""
+    gpt_oss, gpu = model_spec("gpt-oss-120b"), gpu_spec("gb300")
+    plan = ParallelPlan(num_gpus=64, ep=16, mbs=4, gbs=1280, seq_len=4096)
+    full = next(layer for layer in range(gpt_oss.num_layers) if not gpt_oss.is_window_layer(layer))
+    mxfp8 = recipe_with(recipe("mbridge-26.08"), precision="mxfp8", fp8_attention=True)
+
+    def attention_s(recipe_):
+        core = attention_blocks(gpt_oss, plan, recipe_, full)["core_attn"]
+        works = (core.forward, core.backward)
+        return sum(compute_time_s(work, gpu, DEFAULT_PARAMS) for work in works)
+
+    assert attention_s(mxfp8) > attention_s(recipe_with(mxfp8, fp8_attention=False))
+    from simulator.scenario import default_scenario
+    gb300 = default_scenario()
+    scenario = replace(gb300, model=gpt_oss, plan=plan, recipe=mxfp8)
+    assert touches("attention_efficiency.blackwell-ultra-fp8-d64", scenario, DEFAULT_PARAMS)
+    assert not touches("attention_efficiency.blackwell-ultra-fp8-d64",
+                       replace(gb300, recipe=mxfp8), DEFAULT_PARAMS)
