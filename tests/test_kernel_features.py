@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.calibration import DEFAULT_PARAMS, host_params
+from simulator.calibration import DEFAULT_PARAMS, host_params, params_with
 from simulator.costs import compute_time_s
 from simulator.fitting import touches
 from simulator.memory import buffer_bytes
@@ -430,3 +430,21 @@ def test_gpt_oss_full_causal_fp8_attention_runs_at_the_head_dim_64_rate():
     assert touches("attention_efficiency.blackwell-ultra-fp8-d64", scenario, DEFAULT_PARAMS)
     assert not touches("attention_efficiency.blackwell-ultra-fp8-d64",
                        replace(gb300, recipe=mxfp8), DEFAULT_PARAMS)
+
+
+def test_blackwell_ultra_bf16_gemms_are_fitted_apart_from_blackwell():
+    """GB300 and B300 have GB200's and B200's BF16 tensor peak but their own BF16 GEMM share
+    (gemm_efficiency.blackwell-ultra-bf16), fitted on their rows, as their FP8 GEMMs have."""
+    from simulator.fitting import DEFAULT_FIT
+    from simulator.scenario import default_scenario
+    assert {"gemm_efficiency.bf16", "gemm_efficiency.blackwell-ultra-bf16"} <= {
+        parameter.key for parameter in DEFAULT_FIT}
+    assert touches("gemm_efficiency.blackwell-ultra-bf16", default_scenario(), DEFAULT_PARAMS)
+    params = params_with(params_with(DEFAULT_PARAMS, "gemm_efficiency.bf16", 0.4),
+                         "gemm_efficiency.blackwell-ultra-bf16", 0.5)
+    gemm = Work(flops=1e15, hbm_bytes=0.0, kernel_class=KernelClass.GEMM, precision="bf16",
+                kernels=1, graphed=True)
+    for blackwell, ultra in (("gb200", "gb300"), ("b200", "b300")):
+        ratio = (compute_time_s(gemm, gpu_spec(blackwell), params)
+                 / compute_time_s(gemm, gpu_spec(ultra), params))
+        assert ratio == pytest.approx(0.5 / 0.4, rel=1e-4)
