@@ -9,9 +9,9 @@ import pytest
 
 from simulator.calibration import DEFAULT_PARAMS, host_params, params_with
 from simulator.costs import compute_time_s
-from simulator.fitting import touches
+from simulator.fitting import DEFAULT_FIT, touches
 from simulator.memory import buffer_bytes
-from simulator.scenario import run_scenario
+from simulator.scenario import default_scenario, run_scenario
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
 from workloads.blocks import attention_blocks, expert_streaming_bytes, moe_blocks
@@ -125,7 +125,6 @@ def test_a_ladder_row_gets_its_step_recipe_with_its_columns_on_top():
 
 
 def test_touches_skips_rows_a_parameter_cannot_change():
-    from simulator.scenario import default_scenario
     gb300 = default_scenario()
     assert touches("gemm_efficiency.blackwell-ultra-fp8", gb300, DEFAULT_PARAMS)
     assert not touches("gemm_efficiency.hopper-fp8", gb300, DEFAULT_PARAMS)
@@ -191,7 +190,6 @@ def test_fused_grouped_mlp_runs_at_its_own_efficiency():
 
 
 def _scenario(recipe_):
-    from simulator.scenario import default_scenario
 
     return replace(default_scenario(), recipe=recipe_)
 
@@ -424,7 +422,6 @@ def test_gpt_oss_full_causal_fp8_attention_runs_at_the_head_dim_64_rate():
         return sum(compute_time_s(work, gpu, DEFAULT_PARAMS) for work in works)
 
     assert attention_s(mxfp8) > attention_s(recipe_with(mxfp8, fp8_attention=False))
-    from simulator.scenario import default_scenario
     gb300 = default_scenario()
     scenario = replace(gb300, model=gpt_oss, plan=plan, recipe=mxfp8)
     assert touches("attention_efficiency.blackwell-ultra-fp8-d64", scenario, DEFAULT_PARAMS)
@@ -435,8 +432,6 @@ def test_gpt_oss_full_causal_fp8_attention_runs_at_the_head_dim_64_rate():
 def test_blackwell_ultra_bf16_gemms_are_fitted_apart_from_blackwell():
     """GB300 and B300 have GB200's and B200's BF16 tensor peak but their own BF16 GEMM share
     (gemm_efficiency.blackwell-ultra-bf16), fitted on their rows, as their FP8 GEMMs have."""
-    from simulator.fitting import DEFAULT_FIT
-    from simulator.scenario import default_scenario
     assert {"gemm_efficiency.bf16", "gemm_efficiency.blackwell-ultra-bf16"} <= {
         parameter.key for parameter in DEFAULT_FIT}
     assert touches("gemm_efficiency.blackwell-ultra-bf16", default_scenario(), DEFAULT_PARAMS)
