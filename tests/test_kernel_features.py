@@ -190,7 +190,6 @@ def test_fused_grouped_mlp_runs_at_its_own_efficiency():
 
 
 def _scenario(recipe_):
-
     return replace(default_scenario(), recipe=recipe_)
 
 
