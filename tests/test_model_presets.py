@@ -63,6 +63,14 @@ def test_deepseek_on_hgx_nodes_keeps_the_unfused_experts_in_26_06():
     assert row_recipe(_row("deepseek-v3", "gb200", "mbridge-26.06", "mxfp8")).fused_grouped_mlp
 
 
+@pytest.mark.parametrize(("gpu", "release", "fused"), [
+    ("gb300", "mbridge-26.06", True), ("gb200", "mbridge-26.02", True),
+    ("b300", "mbridge-26.06", False), ("b200", "mbridge-26.02", False),
+    ("gb300", "mbridge-25.11", False), ("b200", "mbridge-25.09", False)])
+def test_deepseek_keeps_the_cudnn_norm_fusion_only_on_nvl72_from_26_02(gpu, release, fused):
+    assert row_recipe(_row("deepseek-v3", gpu, release, "mxfp8")).norm_quant_fusion is fused
+
+
 def test_gpt_oss_switches_to_the_v2_preset_with_mxfp8_from_26_06():
     bf16 = row_recipe(_row("gpt-oss-120b", "gb200", "mbridge-26.04", "bf16"))
     assert bf16.dispatcher == "alltoall" and bf16.recompute_modules == ("layernorm", "moe_act")

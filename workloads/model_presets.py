@@ -9,7 +9,8 @@ HybridEP and TE-scoped graphs = 25.11 (commits 767255d2, 6b296ac1); the `_V1/_V2
 26.02 (f29a269f, 1e7adfa9, 3dafb00a, 3d277f69); the newest stored versions (01b2977e, 07eea52d,
 00919dcf, 0013c9a8) = 26.04 and later. What every preset shares (overrides.py/utils.py of
 those versions): a2a overlap off unless set, recompute off unless set, the cuDNN norm fusion
-environment removed except for some Llama runs, router fusion on for Qwen3 and GPT-OSS.
+environment removed except for some Llama runs (and, from 26.02, DeepSeek-V3 FP8-MX on
+GB200/GB300), router fusion on for Qwen3 and GPT-OSS.
 
 `model_preset(release, model, gpu, precision)` returns the recipe changes; a row's explicit
 flags still override them.
@@ -76,6 +77,9 @@ PRESETS: tuple[Preset, ...] = (
     _preset(("deepseek-v3",), ("gb200",), MBRIDGE_25_11, recompute_modules=("mla_up_proj",)),
     _preset(("deepseek-v3",), ("b200",), MBRIDGE_25_11, recompute_modules=("mla_up_proj",),
             cuda_graphs="none", shared_expert_overlap=True, **ALLTOALL),
+    # DeepSeek-V3 on x86-hosted nodes in 26.x: perf_plugins.py keeps the cuDNN norm env
+    # (NVTE_NORM_FWD/BWD_USE_CUDNN) for DeepSeek only on GB200/GB300 with FP8-MX.
+    _preset(("deepseek-v3",), ("b200", "b300", "h100"), MBRIDGE_26, norm_quant_fusion=False),
     # DeepSeek-V3 on B200/B300 nodes in 26.06+: TE-scoped graphs (v0.5.0 B300_V2, hw §3); the
     # full-iteration stack with the TE op fuser is the NVL72 configs' (hw §3 rows 1-2).
     _preset(("deepseek-v3",), ("b200", "b300"), MBRIDGE_26_06_ON,

@@ -249,7 +249,8 @@ _MBRIDGE_26_02 = Recipe(
     nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
     router_fusion=True,                    # hw §3: common to all NVIDIA DSv3 perf recipes
     permute_fusion=True,                   # hw §3: common to all NVIDIA DSv3 perf recipes
-    norm_quant_fusion=True,                # guide §2.1.5 (Nov 2025): cuDNN norm + quantisation
+    norm_quant_fusion=True,                # perf_plugins.py: cuDNN norm env kept for DeepSeek
+                                           # FP8-MX on GB200/GB300 (guide §2.1.5)
 )
 
 _MBRIDGE_25_11 = Recipe(
@@ -280,7 +281,9 @@ _MBRIDGE_25_11 = Recipe(
     nccl_nvls=False,                       # hw §1.2: NVIDIA's DSv3 recipes set NCCL_NVLS_ENABLE=0
     router_fusion=True,                    # hw §3: common to all NVIDIA DSv3 perf recipes
     permute_fusion=True,                   # hw §3: common to all NVIDIA DSv3 perf recipes
-    norm_quant_fusion=True,                # guide §2.1.5 (Nov 2025): cuDNN norm + quantisation
+    norm_quant_fusion=False,               # setup_experiment.py of the use_tokendrop scripts
+                                           # removes the cuDNN norm env for DeepSeek
+                                           # (del_cudnn_ln: only some Llama runs keep it)
 )
 
 _MEGATRON_DEFAULTS = Recipe(
