@@ -172,6 +172,49 @@ def test_schedule_node_host_time_slows_an_eager_overlapped_step_only(make_scenar
         assert (dear > cheap) if slower else dear == cheap
 
 
+def _synced_units(graph, rank: int) -> list[str]:
+    return [t.name.split("/")[1] for t in sorted(graph.tasks, key=lambda t: t.position)
+            if t.rank == rank and t.name.endswith("/p2p_sync")]
+
+
+def test_without_interleaving_the_host_syncs_at_every_pipeline_exchange(small_moe):
+    """Megatron's non-interleaved 1F1B synchronises the device after each batched send and
+    receive: pp = 2, four micro batches, one warmup forward on the first stage. The first
+    stage exchanges after each forward (it sends it, and in the steady state receives a
+    gradient), so before the second forward and every backward, and not after a backward
+    (it sends no gradient); the last stage before each forward (it receives the input, and
+    from the second on sent a gradient) and not between a forward and its own backward. Each
+    sync waits for the unit's inputs and the send before it."""
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=2, ep=8)
+    eager = recipe_with(recipe("mbridge-26.02"), cuda_graphs="none")
+    graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=eager))
+    last = plan.ranks_per_stage
+    assert _synced_units(graph, 0) == ["F1", "B0", "B1", "B2", "B3"]
+    assert _synced_units(graph, last) == ["F0", "F1", "F2", "F3"]
+    by_name = {t.name: t for t in graph.tasks}
+    sync = by_name[f"{last}/F1/v1/p2p_sync"]
+    assert sync.host_sync and sync.work is not None and sync.work.kernels == 0
+    waits = {graph.tasks[d].name for d in sync.deps}
+    assert waits >= {f"{last}/B0/v1/end", f"{last}/B0/v1/send", "0/F1/v0/send"}
+
+
+@pytest.mark.parametrize("changes", [{"vpp": 2}, {"pp": 1}])
+def test_interleaved_or_unpipelined_steps_do_not_sync_at_exchanges(small_moe, changes):
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=2, ep=8)
+    eager = recipe_with(recipe("mbridge-26.02"), cuda_graphs="none")
+    graph = build_step(StepSpec(model=small_moe, plan=replace(plan, **changes), recipe=eager))
+    assert not any(t.name.endswith("/p2p_sync") for t in graph.tasks)
+
+
+def test_the_exchange_sync_slows_an_eager_pipeline_that_ran_ahead(make_scenario):
+    """An eager host that ran ahead of the GPU loses that lead at every exchange."""
+    scenario = make_scenario(tp=1, pp=2, ep=8, recipe_=recipe_with(
+        recipe("mbridge-26.02"), cuda_graphs="none"))
+    synced = run_scenario(scenario).metrics.step_time_s
+    interleaved = replace(scenario.plan, vpp=2)
+    assert run_scenario(replace(scenario, plan=interleaved)).metrics.step_time_s < synced
+
+
 @pytest.mark.parametrize("pp, microbatches", [(2, 4), (4, 8), (4, 11), (8, 20)])
 def test_dualpipev_runs_each_unit_once_in_order_and_pairs_one_chunk_against_the_other(
         pp, microbatches):

@@ -26,6 +26,13 @@ all-to-all hides under the other's compute, and the host sync before the forward
 (their token counts) comes after the backward experts are already launched. Each phase of a
 paired unit is one of the combined 1F1B's schedule nodes, whose bookkeeping the host runs
 before launching it (Task.host_nodes), unless a full-iteration CUDA graph replays the step.
+
+Without interleaving (pp > 1, vpp = 1) Megatron's 1F1B batches each boundary's pipeline
+sends and receives into one batch_isend_irecv and then calls torch.cuda.synchronize
+(p2p_communication._communicate: batch_p2p_comm, which is on when overlap_p2p_comm is off, as
+it is without interleaving, and batch_p2p_sync, on by default). So before a unit that receives
+from a peer, or after one that sent to a peer, the host waits for the previous unit, its send
+and this unit's receive before it launches anything more (`_p2p_sync`).
 """
 
 from __future__ import annotations
@@ -71,6 +78,14 @@ def build_step(spec: StepSpec, *, folded: bool = True,
     return _Step(spec, position_classes(spec.plan, asymmetric, folded=folded)).build()
 
 
+def syncs_after_p2p(recipe: Recipe, plan: ParallelPlan) -> bool:
+    """Whether the host synchronises the device after each pipeline exchange (Megatron's
+    non-interleaved 1F1B; see the module docstring), which a full-iteration CUDA graph
+    cannot hold."""
+    return (plan.pp > 1 and plan.vpp == 1 and recipe.pipeline_schedule == "1f1b"
+            and recipe.cuda_graphs != "full")
+
+
 class _Step:
     """Builds the graph; holds the per-block work and the group lookups."""
 
@@ -97,6 +112,8 @@ class _Step:
         self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self.fsdp = self.plan.dp_sharding == "fsdp"
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
+        self.p2p_syncs = syncs_after_p2p(self.recipe, self.plan)
+        self._last_send: dict[int, str] = {}
 
     def build(self) -> TaskGraph:
         size = self.plan.ranks_per_stage
@@ -225,6 +242,7 @@ class _Step:
             if virtual < len(self.stages) - 1:
                 after.append(self._from_stage(rank, "B", unit.microbatch, virtual + 1))
             symbols = tuple(reversed(self.stages[virtual]))
+        after.extend(self._p2p_sync(rank, unit, prefix, after))
         last = yield from self._symbols(rank, unit, prefix, symbols, tuple(after))
         end = self.g.add(f"{prefix}/end", after=(last,), rank=rank, lane=Lane.COMPUTE,
                          category="compute", work=_EMPTY, microbatch=unit.microbatch,
@@ -246,6 +264,19 @@ class _Step:
                  for kind, count in (("dp", dense), ("edp", expert)) if count > 0]
         return [n for n in names if n is not None]
 
+    def _p2p_sync(self, rank: int, unit: Unit, prefix: str,
+                  after: list[str]) -> tuple[str, ...]:
+        """The host synchronisation that ends the pipeline exchange before `unit` (see the
+        module docstring), as a task to wait for; none where there is no exchange."""
+        sent = self._last_send.pop(rank, None)
+        receives = any(name.endswith("/send") for name in after)
+        if not self.p2p_syncs or not (sent or receives):
+            return ()
+        waits = tuple(after) + ((sent,) if sent else ())
+        return (self.g.add(f"{prefix}/p2p_sync", after=waits, rank=rank, lane=Lane.COMPUTE,
+                           category="compute", work=_EMPTY, microbatch=unit.microbatch,
+                           chunk=unit.chunk, host_sync=True),)
+
     def _send(self, rank: int, unit: Unit, virtual: int, prefix: str, end: str) -> None:
         last_virtual = len(self.stages) - 1
         if (unit.phase == "F" and virtual == last_virtual) or (unit.phase == "B" and virtual == 0):
@@ -259,8 +290,9 @@ class _Step:
         collective = Collective(op=Op.SEND_RECV, key=f"{prefix}/send", bytes_per_rank=nbytes,
                                 groups=pairs, members=(rank,), algorithm="p2p",
                                 graphed=self.recipe.cuda_graphs == "full")
-        self.g.add(f"{prefix}/send", after=(end,), rank=rank, lane=Lane.PP, category="pp",
-                   collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
+        self._last_send[rank] = self.g.add(
+            f"{prefix}/send", after=(end,), rank=rank, lane=Lane.PP, category="pp",
+            collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
 
     def _pp_pairs(self, rank: int, peer: int) -> tuple[tuple[int, ...], ...]:
         """(sender, receiver) of every send of the stage that `rank`'s send stands for."""
