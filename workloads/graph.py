@@ -124,7 +124,8 @@ class Task:
 
     `host_sync`: the CPU waits for this task's dependencies to finish before it launches it
     (it reads their result on the host: the token counts per expert that dropless MoE without
-    static shapes copies back before launching the experts). `position`: the task's place in
+    static shapes copies back before launching the experts; or, after a pipeline exchange of
+    the non-interleaved 1F1B, torch.cuda.synchronize). `position`: the task's place in
     its rank's program order, the order the graph builder received it in (ids are a
     topological order of all ranks' tasks, which a dependency on another rank can reorder).
     `host_nodes`: schedule nodes of Megatron's combined 1F1B whose bookkeeping the CPU runs
