@@ -232,17 +232,19 @@ class _Step:
             after.extend(self._chunk_collectives(rank, f"{prefix}/fsdp_ag", Op.ALL_GATHER,
                                                  virtual, prefetch_after))
         if unit.phase == "F":
-            if virtual > 0:
+            receives = virtual > 0
+            if receives:
                 after.append(self._from_stage(rank, "F", unit.microbatch, virtual - 1))
             if unit.chunk in gathers:
                 after.extend(gathers[unit.chunk])
             symbols = self.stages[virtual]
         else:
             after.append(f"{rank}/F{unit.microbatch}/v{virtual}/end")
-            if virtual < len(self.stages) - 1:
+            receives = virtual < len(self.stages) - 1
+            if receives:
                 after.append(self._from_stage(rank, "B", unit.microbatch, virtual + 1))
             symbols = tuple(reversed(self.stages[virtual]))
-        after.extend(self._p2p_sync(rank, unit, prefix, after))
+        after.extend(self._p2p_sync(rank, unit, prefix, after, receives))
         last = yield from self._symbols(rank, unit, prefix, symbols, tuple(after))
         end = self.g.add(f"{prefix}/end", after=(last,), rank=rank, lane=Lane.COMPUTE,
                          category="compute", work=_EMPTY, microbatch=unit.microbatch,
@@ -264,12 +266,12 @@ class _Step:
                  for kind, count in (("dp", dense), ("edp", expert)) if count > 0]
         return [n for n in names if n is not None]
 
-    def _p2p_sync(self, rank: int, unit: Unit, prefix: str,
-                  after: list[str]) -> tuple[str, ...]:
+    def _p2p_sync(self, rank: int, unit: Unit, prefix: str, after: list[str],
+                  receives: bool) -> tuple[str, ...]:
         """The host synchronisation that ends the pipeline exchange before `unit` (see the
-        module docstring), as a task to wait for; none where there is no exchange."""
+        module docstring; `receives`: the unit takes its input from another virtual stage), as
+        a task to wait for; none where there is no exchange."""
         sent = self._last_send.pop(rank, None)
-        receives = any(name.endswith("/send") for name in after)
         if not self.p2p_syncs or not (sent or receives):
             return ()
         waits = tuple(after) + ((sent,) if sent else ())
