@@ -35,8 +35,14 @@ class CostParams:
     # Large dense GEMMs: cuBLAS reaches ~700-750 of 989 dense BF16 TFLOP/s on H100
     # (Megatron-LM issue #1276 discussion of 989 dense peak; NVIDIA Transformer Engine
     # benchmarks); FP8/MXFP8 kernels reach a lower share (scaling and quantisation epilogues).
+    # "logits-<architecture>-bf16": the output layer's vocabulary projection, a plain cuBLAS
+    # BF16 matmul outside Transformer Engine, measured rather than fitted: torch.matmul reaches
+    # 0.63 of a B200's dense BF16 peak at 4,096 to 8,192 cubed (pytorch/ao PR 2427; tritonbench
+    # PR 1009 has aten matmul at 0.41 at 8,192 cubed, not taken); Blackwell Ultra has the same
+    # BF16 tensor cores. Elsewhere it runs at the GPU's BF16 GEMM rate.
     gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
-        {"bf16": 0.75, "fp8": 0.70, "nvfp4": 0.60}))
+        {"bf16": 0.75, "fp8": 0.70, "nvfp4": 0.60, "logits-blackwell-bf16": 0.63,
+         "logits-blackwell-ultra-bf16": 0.63}))
     # Grouped GEMMs of MoE experts: many smaller problems, lower occupancy than one GEMM.
     # MCore's multi-stream cuBLAS MXFP8 grouped GEMM reaches 2,672 TFLOP/s on GB200 at
     # K=7,168, N=2,048 (GB200 guide §1 item 3), 0.53 of the 5,000 dense FP8 peak.

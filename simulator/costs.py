@@ -38,16 +38,22 @@ def peak_key(precision: str) -> str:
 
 
 def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
-    """The efficiency of the work's kernel class on `gpu` (see `efficiency_key`)."""
+    """The efficiency of the work's kernel class on `gpu` (see `efficiency_key`); the output
+    layer's own "logits-<architecture>-<precision>" where there is one, else a GEMM's."""
     table = {KernelClass.GEMM: params.gemm_efficiency,
+             KernelClass.LOGITS: params.gemm_efficiency,
              KernelClass.GROUPED_GEMM: params.grouped_gemm_efficiency,
              KernelClass.FUSED_GROUPED_MLP: params.grouped_gemm_efficiency,
              KernelClass.ATTENTION: params.attention_efficiency,
              KernelClass.WINDOW_ATTENTION: params.attention_efficiency}.get(work.kernel_class)
     if table is None:
         return 1.0
+    precision = peak_key(work.precision)
+    logits_key = f"logits-{gpu.architecture}-{precision}"
+    if work.kernel_class == KernelClass.LOGITS and logits_key in table:
+        return table[logits_key]
     prefix = KEY_PREFIX.get(work.kernel_class, gpu.architecture)
-    return table[efficiency_key(table, prefix, peak_key(work.precision), work.head_dim)]
+    return table[efficiency_key(table, prefix, precision, work.head_dim)]
 
 
 def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:

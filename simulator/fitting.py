@@ -200,6 +200,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
             return entry == efficiency_key(params.attention_efficiency, gpu.architecture,
                                            "fp8" if recipe.fp8_attention else "bf16",
                                            scenario.model.query_key_head_dim)
+        if architecture.startswith("logits-"):
+            return architecture.removeprefix("logits-") == gpu.architecture
         if precision != "bf16" and peak_key(recipe.precision) != precision:
             return False
         if architecture:

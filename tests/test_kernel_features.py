@@ -7,14 +7,15 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.calibration import DEFAULT_PARAMS, host_params, params_with
+from simulator.calibration import DEFAULT_PARAMS, host_params, params_value, params_with
 from simulator.costs import compute_time_s
 from simulator.fitting import DEFAULT_FIT, touches
 from simulator.memory import buffer_bytes
 from simulator.scenario import default_scenario, run_scenario
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
-from workloads.blocks import attention_blocks, expert_streaming_bytes, moe_blocks
+from workloads.blocks import (attention_blocks, expert_streaming_bytes, head_blocks,
+                              moe_blocks)
 from workloads.graph import KernelClass, Work
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
@@ -442,3 +443,25 @@ def test_blackwell_ultra_bf16_gemms_are_fitted_apart_from_blackwell():
         ratio = (compute_time_s(gemm, gpu_spec(blackwell), params)
                  / compute_time_s(gemm, gpu_spec(ultra), params))
         assert ratio == pytest.approx(0.5 / 0.4, rel=1e-4)
+
+
+def test_the_output_layer_runs_at_its_measured_rate_on_blackwell_and_a_gemms_elsewhere():
+    """The vocabulary projection (a plain cuBLAS BF16 matmul) has its own efficiency on
+    Blackwell and Blackwell Ultra; on Hopper it runs at Hopper's BF16 GEMM rate."""
+    logits = head_blocks(DSV3, PLAN, recipe("mbridge-26.06"))["logits"].forward
+    assert logits.kernel_class == KernelClass.LOGITS and logits.precision == "bf16"
+    gemm = replace(logits, kernel_class=KernelClass.GEMM)
+    for name in ("gb200", "b300"):
+        gpu = gpu_spec(name)
+        measured = DEFAULT_PARAMS.gemm_efficiency[f"logits-{gpu.architecture}-bf16"]
+        fitted = params_value(DEFAULT_PARAMS, f"gemm_efficiency.{gpu.architecture}-bf16")
+        ratio = (compute_time_s(gemm, gpu, DEFAULT_PARAMS)
+                 / compute_time_s(logits, gpu, DEFAULT_PARAMS))
+        assert ratio == pytest.approx(measured / fitted, rel=1e-3) and ratio > 1
+    hopper = gpu_spec("h100")
+    assert compute_time_s(logits, hopper, DEFAULT_PARAMS) == pytest.approx(
+        compute_time_s(gemm, hopper, DEFAULT_PARAMS))
+    assert touches("gemm_efficiency.logits-blackwell-ultra-bf16", default_scenario(),
+                   DEFAULT_PARAMS)
+    assert not touches("gemm_efficiency.logits-blackwell-bf16", default_scenario(),
+                       DEFAULT_PARAMS)

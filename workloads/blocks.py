@@ -320,7 +320,8 @@ def head_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[st
     return {
         "embedding": _memory("embedding", tokens_seq * h * BF16_BYTES / plan.tp, recipe),
         "logits": _gemm("logits", tokens_seq * flops.logits_fwd_flops(model, plan.tp) / plan.tp,
-                        tokens_seq * vocab * BF16_BYTES / plan.tp, "bf16", recipe),
+                        tokens_seq * vocab * BF16_BYTES / plan.tp, "bf16", recipe,
+                        KernelClass.LOGITS),
         "loss": _memory("loss", tokens_seq * vocab * 3 * BF16_BYTES / plan.tp, recipe),
         "mtp_proj": _gemm("mtp_proj", tokens_per_gpu(plan) * flops.mtp_proj_fwd_flops(model),
                           tokens_per_gpu(plan) * h * 3 * BF16_BYTES, recipe.precision, recipe),

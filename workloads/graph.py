@@ -43,6 +43,7 @@ class KernelClass(StrEnum):
     """What bounds a compute kernel, for the cost model's efficiencies."""
 
     GEMM = "gemm"
+    LOGITS = "logits"
     GROUPED_GEMM = "grouped_gemm"
     FUSED_GROUPED_MLP = "fused_grouped_mlp"
     ATTENTION = "attention"
