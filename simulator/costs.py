@@ -49,9 +49,10 @@ def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     if table is None:
         return 1.0
     precision = peak_key(work.precision)
-    logits_key = f"logits-{gpu.architecture}-{precision}"
-    if work.kernel_class == KernelClass.LOGITS and logits_key in table:
-        return table[logits_key]
+    if work.kernel_class == KernelClass.LOGITS:
+        logits_key = f"logits-{gpu.architecture}-{precision}"
+        if logits_key in table:
+            return table[logits_key]
     prefix = KEY_PREFIX.get(work.kernel_class, gpu.architecture)
     return table[efficiency_key(table, prefix, precision, work.head_dim)]
 
