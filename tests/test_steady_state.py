@@ -18,6 +18,8 @@ def test_short_steps_are_simulated_whole():
     assert sample_microbatches(6, 2) is None
     assert sample_microbatches(8, 2) == (4, 6)
     assert sample_microbatches(128, 4) == (8, 12)
+    assert sample_microbatches(12, 2, "dualpipev") == (6, 8)
+    assert sample_microbatches(8, 2, "dualpipev") is None
 
 
 @pytest.mark.parametrize("plan, software, gbs", [
@@ -33,12 +35,13 @@ def test_extrapolation_equals_the_whole_step(make_scenario, plan, software, gbs)
                  if software == "dualpipev" else recipe(software))
     scenario = make_scenario(recipe_=software_, **plan)
     scenario = replace(scenario, plan=replace(scenario.plan, gbs=gbs))
-    assert sample_microbatches(scenario.plan.num_microbatches, scenario.plan.pp) is not None
+    assert sample_microbatches(scenario.plan.num_microbatches, scenario.plan.pp,
+                               software_.pipeline_schedule) is not None
     whole = run_scenario(scenario).metrics
     extrapolated = run_steady_state(scenario)
-    # 1F1B's step is affine in the micro batches from 2 pp on; DualPipeV's nearly (its main
-    # step starts r + 1 pairs in at 2 pp micro batches: 0.04 % off here).
-    rel = 1e-3 if software == "dualpipev" else 1e-6
+    # The step is affine in the micro batches from 2 pp on under 1F1B, from 3 pp under
+    # DualPipeV (at 2 pp its host-bound warm-up ran 0.3 % short of the steady period here).
+    rel = 1e-6
     assert extrapolated.step_time_s == pytest.approx(whole.step_time_s, rel=rel)
     assert extrapolated.tflops_per_gpu == pytest.approx(whole.tflops_per_gpu, rel=rel)
     assert extrapolated.tokens_per_s_per_gpu == pytest.approx(whole.tokens_per_s_per_gpu,
