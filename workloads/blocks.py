@@ -52,13 +52,15 @@ KERNELS = {"norms": (4, 6), "attn_proj": (14, 24), "core_attn": (2, 4), "experts
 # (guide §2.2.1). `guide` = Megatron-LM docs/discussions/deepseek-v3-gb200-optimization.
 ROUTER_KERNELS_UNFUSED, ROUTER_KERNELS_FUSED, FLEX_PREPROCESS_SAVED_KERNELS = 72, 31, 14
 # MCore's MXFP8 grouped GEMM is multi-stream cuBLAS (guide §1 item 3): every local expert's
-# GEMMs are launches of their own, each quantised operand its own kernel. Per local expert
-# (forward, backward): fc1 and fc2 GEMMs plus their input quantisation (4, 8); without pooled
-# scale buffers, a torch.zeros per row- and column-wise scale of each quantised input
-# (+4, +8; guide §2.1.2); without the fused swizzle, a swizzle per scale tensor (+4, +8;
-# guide §2.1.3). BF16 experts: the GEMMs alone (2, 4).
-EXPERT_GEMM_KERNELS = {"bf16": (2, 4), "quantised": (4, 8)}
-EXPERT_SCALE_ALLOC_KERNELS = (4, 8)
+# GEMMs are launches of their own, each quantised tensor its own kernel. TE's GroupedLinear
+# quantises one tensor per GEMM each way: forward its input, backward its output gradient (the
+# weight gradient reuses the input's column-wise copy saved forward). Per local expert
+# (forward, backward): fc1 and fc2 GEMMs, two each way backward, plus those quantisations
+# (4, 6); without pooled scale buffers, a torch.zeros per row- and column-wise scale of each
+# quantised tensor (+4, +4; guide §2.1.2); without the fused swizzle, a swizzle per GEMM
+# operand's scales (+4, +8; guide §2.1.3). BF16 experts: the GEMMs alone (2, 4).
+EXPERT_GEMM_KERNELS = {"bf16": (2, 4), "quantised": (4, 6)}
+EXPERT_SCALE_ALLOC_KERNELS = (4, 4)
 EXPERT_SWIZZLE_KERNELS = (4, 8)
 # Without permute fusion, the router's permutation and the unpermute run as unfused
 # kernels, up to 10x slower than TE's fused one when top-k << experts (TE PR 1927, guide
