@@ -54,8 +54,8 @@ def _expert_launches(recipe_):
     return work.forward.kernels, work.backward.kernels
 
 
-def test_expert_launches_follow_te_quantising_one_tensor_per_gemm_each_way():
-    """TE's GroupedLinear quantises a GEMM's input forward and its output gradient backward:
+def test_expert_launches_follow_te_quantising_one_tensor_per_layer_each_way():
+    """TE's GroupedLinear quantises a layer's input forward and its output gradient backward:
     one quantisation per fc each way, two scale buffers each; swizzles follow the GEMMs."""
     local = DSV3.num_experts // PLAN.ep
     base = guide_step_recipe(0)

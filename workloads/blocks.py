@@ -53,12 +53,13 @@ KERNELS = {"norms": (4, 6), "attn_proj": (14, 24), "core_attn": (2, 4), "experts
 ROUTER_KERNELS_UNFUSED, ROUTER_KERNELS_FUSED, FLEX_PREPROCESS_SAVED_KERNELS = 72, 31, 14
 # MCore's MXFP8 grouped GEMM is multi-stream cuBLAS (guide §1 item 3): every local expert's
 # GEMMs are launches of their own, each quantised tensor its own kernel. TE's GroupedLinear
-# quantises one tensor per GEMM each way: forward its input, backward its output gradient (the
-# weight gradient reuses the input's column-wise copy saved forward). Per local expert
-# (forward, backward): fc1 and fc2 GEMMs, two each way backward, plus those quantisations
-# (4, 6); without pooled scale buffers, a torch.zeros per row- and column-wise scale of each
-# quantised tensor (+4, +4; guide §2.1.2); without the fused swizzle, a swizzle per GEMM
-# operand's scales (+4, +8; guide §2.1.3). BF16 experts: the GEMMs alone (2, 4).
+# quantises one tensor per layer each way: forward its input, backward its output gradient
+# (the weight gradient reuses the input's column-wise copy saved forward). Per local expert
+# (forward, backward): fc1's and fc2's GEMMs (backward a data and a weight gradient each)
+# plus those quantisations (4, 6); without pooled scale buffers, a torch.zeros per row- and
+# column-wise scale of each quantised tensor (+4, +4; guide §2.1.2); without the fused
+# swizzle, a swizzle per GEMM operand's scales (+4, +8; guide §2.1.3). BF16 experts: the
+# GEMMs alone (2, 4).
 EXPERT_GEMM_KERNELS = {"bf16": (2, 4), "quantised": (4, 6)}
 EXPERT_SCALE_ALLOC_KERNELS = (4, 4)
 EXPERT_SWIZZLE_KERNELS = (4, 8)
