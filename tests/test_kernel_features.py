@@ -26,9 +26,13 @@ DSV3 = model_spec("deepseek-v3")
 PLAN = ParallelPlan(num_gpus=256, tp=1, pp=8, vpp=4, ep=32, mbs=1, gbs=2048, seq_len=4096)
 
 
-def _kernels(block, recipe_, plan=PLAN):
+def _launches(block, recipe_, plan=PLAN):
     work = moe_blocks(DSV3, plan, recipe_)[block]
-    return work.forward.kernels + work.backward.kernels
+    return work.forward.kernels, work.backward.kernels
+
+
+def _kernels(block, recipe_, plan=PLAN):
+    return sum(_launches(block, recipe_, plan))
 
 
 def test_router_kernels_follow_the_guide_counts():
@@ -49,23 +53,18 @@ def test_expert_launches_grow_with_local_experts_and_shrink_with_fusions():
             < _kernels("experts", fused))
 
 
-def _expert_launches(recipe_):
-    work = moe_blocks(DSV3, PLAN, recipe_)["experts"]
-    return work.forward.kernels, work.backward.kernels
-
-
 def test_expert_launches_follow_te_quantising_one_tensor_per_layer_each_way():
     """TE's GroupedLinear quantises a layer's input forward and its output gradient backward:
     one quantisation per fc each way, two scale buffers each; swizzles follow the GEMMs."""
     local = DSV3.num_experts // PLAN.ep
     base = guide_step_recipe(0)
-    fwd, bwd = _expert_launches(base)
+    fwd, bwd = _launches("experts", base)
     for feature, saved in (("quant_alloc_fusion", (4, 4)), ("swizzle_fusion", (4, 8))):
-        fused_fwd, fused_bwd = _expert_launches(recipe_with(base, **{feature: True}))
+        fused_fwd, fused_bwd = _launches("experts", recipe_with(base, **{feature: True}))
         assert (fwd - fused_fwd, bwd - fused_bwd) == (saved[0] * local, saved[1] * local)
     pooled = recipe_with(base, quant_alloc_fusion=True, swizzle_fusion=True)
     bf16 = recipe_with(pooled, precision="bf16", fp8_param_gather=False)
-    quantised, plain = _expert_launches(pooled), _expert_launches(bf16)
+    quantised, plain = _launches("experts", pooled), _launches("experts", bf16)
     assert (quantised[0] - plain[0], quantised[1] - plain[1]) == (2 * local, 2 * local)
 
 

@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 
 from simulator.scenario import run_scenario
-from simulator.steady_state import run_steady_state, sample_microbatches
+from simulator.steady_state import WARMUP_DEPTHS, run_steady_state, sample_microbatches
 from workloads.models import model_spec
 from workloads.recipes import recipe, recipe_with
+from workloads.schedules import SCHEDULES
 
 
 def test_short_steps_are_simulated_whole():
@@ -20,6 +21,7 @@ def test_short_steps_are_simulated_whole():
     assert sample_microbatches(128, 4) == (8, 12)
     assert sample_microbatches(12, 2, "dualpipev") == (6, 8)
     assert sample_microbatches(8, 2, "dualpipev") is None
+    assert set(WARMUP_DEPTHS) == set(SCHEDULES)
 
 
 @pytest.mark.parametrize("plan, software, gbs", [
