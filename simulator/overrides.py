@@ -206,12 +206,6 @@ def _set_calibration(scenario: Scenario, key: str, text: str) -> Scenario:
                                                 _number(key, text, float)))
 
 
-def _set_recipe(scenario: Scenario, key: str, text: str) -> Scenario:
-    field = key.rpartition(".")[2]
-    value = parse_recipe_value(field, text)
-    return replace(scenario, recipe=recipe_with(scenario.recipe, **{field: value}))
-
-
 def _set_system(scenario: Scenario, key: str, text: str) -> Scenario:
     field = key.partition(".")[2]
     kind = {f.name: f.type for f in fields(SystemSpec)}[field]
@@ -233,6 +227,11 @@ def _plan_field(key: str) -> str | None:
     section, _, field = key.rpartition(".")
     field = PLAN_ALIASES.get(field, field)
     return field if section in ("", "plan") and field in PLAN_FIELDS else None
+
+
+def _recipe_field(key: str) -> str | None:
+    section, _, field = key.rpartition(".")
+    return field if section in ("", "recipe") and field in RECIPE_FIELDS else None
 
 
 def _plan_value(key: str, field: str, text: str) -> Any:
@@ -257,8 +256,6 @@ def _setter(key: str) -> Setter:
         return _set_calibration
     if section == "" and field in HARDWARE_KEYS:
         return HARDWARE_KEYS[field]
-    if section in ("", "recipe") and field in RECIPE_FIELDS:
-        return _set_recipe
     if section == "system" and field in SYSTEM_FIELDS:
         return _set_system
     if _part_field(key) is not None:
@@ -282,7 +279,7 @@ def known_keys() -> str:
 
 def check_key(key: str) -> None:
     """Raise the one-line error `apply_setting` gives for an unknown key."""
-    if _plan_field(key) is None and key not in WHAT_IF_FIELDS:
+    if _plan_field(key) is None and _recipe_field(key) is None and key not in WHAT_IF_FIELDS:
         _setter(key)
 
 
@@ -297,20 +294,26 @@ def _split(setting: str) -> tuple[str, str]:
 def apply_settings(scenario: Scenario, settings: Iterable[str]) -> Scenario:
     """`scenario` with every `key=value` applied: first the plan keys and the what-ifs that
     name GPUs, in one change (so `gpus=512, straggler_gpu=300` is valid from 256 GPUs), then
-    the others in order."""
+    the recipe fields, in one change (so `a2a_overlap=false, shared_expert_overlap=true` is
+    valid in either order), then the others in order."""
     plan: dict[str, Any] = {}
     what_ifs: dict[str, Any] = {}
+    recipe: dict[str, Any] = {}
     others = []
     for key, text in map(_split, settings):
-        field = _plan_field(key)
+        field, recipe_field = _plan_field(key), _recipe_field(key)
         if field is not None:
             plan[field] = _plan_value(key, field, text)
         elif key in WHAT_IF_FIELDS:
             what_ifs[key] = parse_what_if(key, text)
+        elif recipe_field is not None:
+            recipe[recipe_field] = parse_recipe_value(recipe_field, text)
         else:
             others.append((_setter(key), key, text))
     if plan or what_ifs:
         scenario = replace(scenario, plan=_new_plan(scenario.plan, plan), **what_ifs)
+    if recipe:
+        scenario = replace(scenario, recipe=recipe_with(scenario.recipe, **recipe))
     for setter, key, text in others:
         scenario = setter(scenario, key, text)
     return scenario

@@ -16,7 +16,7 @@ from reports.sweep_charts import (breakdown_figure, heatmap_figure, lines_figure
                                   sweep_figures, throughput_figure, write_sweep_charts)
 from simulator.cli import main
 from simulator.overrides import apply_setting, apply_settings
-from simulator.scenario import scenario_topology
+from simulator.scenario import default_scenario, scenario_topology
 from simulator.sweep import CSV_NAME, run_sweep
 from simulator.sweep_spec import base_scenario, load_sweep, scenario_with
 from topologies.builders import build_topology
@@ -182,6 +182,17 @@ def test_plan_keys_change_together_and_a_new_pp_drops_the_layout(make_scenario):
     assert (changed.plan.num_gpus, changed.plan.ep, changed.plan.layout) == (32, 16, "Et|tL")
     assert apply_setting(scenario, "pp=1").plan.layout is None
     assert apply_settings(scenario, ["pp=1", "layout=Ett"]).plan.layout == "Ett"
+
+
+def test_recipe_fields_change_together_in_either_order():
+    scenario = default_scenario()
+    assert scenario.recipe.a2a_overlap and not scenario.recipe.shared_expert_overlap
+    for settings in (["a2a_overlap=false", "recipe.shared_expert_overlap=true"],
+                     ["shared_expert_overlap=true", "recipe.a2a_overlap=false"]):
+        recipe = apply_settings(scenario, settings).recipe
+        assert (recipe.a2a_overlap, recipe.shared_expert_overlap) == (False, True)
+    with pytest.raises(ValueError, match="shared_expert_overlap=True: incompatible"):
+        apply_setting(scenario, "shared_expert_overlap=true")
 
 
 @pytest.mark.parametrize("setting, words", [
