@@ -49,7 +49,7 @@ from simulator.results import pipeline_rows, result_document, trace_rows
 from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, calibration_values, load_calibration,
-                                   read_calibration_file)
+                                   params_value, params_with, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, FitResult, Loss,
                                calibration_document, fit)
 from simulator.ladders import ladders
@@ -178,6 +178,10 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
                                 "(default: the first-principles values); the file's values "
                                 "that --parameters leaves out are held and written under "
                                 "`fixed`")
+    calibrate.add_argument("--first-principles", metavar="KEY,KEY",
+                           help="these parameters start at their first-principles values, "
+                                "not the --start file's, and are held there unless fitted: a "
+                                "blind leave-one-out in one command")
     calibrate.add_argument("--rerun", metavar="FILE.yaml",
                            help="fit the parameters of a file `moesim calibrate` wrote, "
                                 "beginning where that fit began (reproduces it with the same "
@@ -237,9 +241,11 @@ def _fit_loss(args: argparse.Namespace) -> Loss:
 def _calibrate(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.max_evaluations < 1:
         raise ValueError("--jobs and --max-evaluations must be >= 1")
-    if args.rerun and (args.start or args.parameters):
+    if args.rerun and (args.start or args.parameters or args.first_principles):
         raise ValueError(f"--rerun {args.rerun}: takes its parameters and start from the file; "
-                         "leave out --start and --parameters")
+                         "leave out --start, --parameters and --first-principles")
+    reset = (_fit_parameters(args.first_principles, "--first-principles")
+             if args.first_principles else ())
     parameters = (_fit_parameters(",".join(calibration_entries(args.rerun)),
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
@@ -251,10 +257,14 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     base = (load_calibration(args.rerun, field="start") if args.rerun
             else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)
+    first_principles = {p.key: params_value(FIRST_PRINCIPLES, p.key) for p in reset}
+    for key, value in first_principles.items():
+        base = params_with(base, key, value)
     result = _fit_until_stopped(rows, parameters, base, args, loss, progress)
     fitted_keys = {p.key for p in parameters}
     carried = args.start or args.rerun
-    fixed = ({key: value for key, value in calibration_values(carried).items()
+    fixed = ({key: value for key, value in
+              {**calibration_values(carried), **first_principles}.items()
               if key not in fitted_keys} if carried else {})
     document = calibration_document(result, parameters, args.csv,
                                     "moesim " + " ".join(sys.argv[1:]) if sys.argv else "",

@@ -265,6 +265,44 @@ def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
         load_calibration(out)
 
 
+def test_first_principles_keys_start_there_and_are_held_there_unless_fitted(tmp_path, capsys):
+    """A blind leave-one-out: --first-principles undoes the --start file's values for those
+    keys only; the one fitted starts at its first-principles value, the other is written
+    under `fixed` at its own, and the rest keep the start file's."""
+    from simulator.calibration import FIRST_PRINCIPLES
+    from simulator.cli import main
+    import yaml
+
+    _synthetic_rows(tmp_path)
+    first, other = TRUE
+    start = tmp_path / "start.yaml"
+    start.write_text("parameters:\n" + "".join(
+        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items())
+        + "fixed:\n  host_launch_s: {value: 2.0e-05}\n")
+    out = tmp_path / "blind.yaml"
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
+                 "--max-evaluations", "2", "--parameters", first, "--start", str(start),
+                 "--first-principles", f"{first},host_launch_s"]) == 0
+    capsys.readouterr()
+    written = yaml.safe_load(out.read_text())
+    assert written["parameters"][first]["start"] == pytest.approx(
+        params_value(FIRST_PRINCIPLES, first))
+    assert written["parameters"][first]["start"] != pytest.approx(TRUE[first])
+    held = {key: entry["value"] for key, entry in written["fixed"].items()}
+    assert held == {other: TRUE[other], "host_launch_s": FIRST_PRINCIPLES.host_launch_s}
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--first-principles", "speed_of_light"], "--first-principles 'speed_of_light': known"),
+    (["--rerun", "x.yaml", "--first-principles", "host_launch_s"], "leave out --start")])
+def test_a_bad_first_principles_option_gets_one_line_error(tmp_path, capsys, extra, words):
+    from simulator.cli import main
+
+    assert main(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"), *extra]) == 2
+    error = capsys.readouterr().err
+    assert words in error and len(error.strip().splitlines()) == 1
+
+
 def test_calibrate_reports_every_evaluation_as_it_goes(tmp_path, capsys):
     from simulator.cli import main
 
