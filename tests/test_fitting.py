@@ -267,8 +267,8 @@ def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
 
 def test_first_principles_keys_start_there_and_are_held_there_unless_fitted(tmp_path, capsys):
     """A blind leave-one-out: --first-principles undoes the --start file's values for those
-    keys only; the one fitted starts at its first-principles value, the other is written
-    under `fixed` at its own, and the rest keep the start file's."""
+    keys only; the one fitted starts at its first-principles value, the one not fitted is
+    held at its first-principles value under `fixed`, and the rest keep the start file's."""
     from simulator.calibration import FIRST_PRINCIPLES
     from simulator.cli import main
     import yaml
