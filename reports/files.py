@@ -26,13 +26,22 @@ def _umask() -> int:
     return mask
 
 
+def check_output_path(path: str | Path) -> None:
+    """Raise a one-line error unless `path` names a file in an existing folder, so that a
+    command can refuse an output it could not write before it does its work."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"output {str(target)!r}: is a folder; name a file")
+    if not target.parent.is_dir():
+        raise ValueError(f"output {str(target)!r}: folder {str(target.parent)!r} does not exist")
+
+
 def _write_atomically(path: str | Path, write: Callable[[Path], object], suffix: str = "") -> None:
     """Let `write` fill a sibling temporary file, give it the usual mode, rename it to `path`;
     a failure leaves no partial file behind."""
+    check_output_path(path)
     target = Path(path)
     folder = target.parent
-    if not folder.is_dir():
-        raise ValueError(f"output {str(target)!r}: folder {str(folder)!r} does not exist")
     handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=suffix)
     os.close(handle)
     try:

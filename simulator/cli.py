@@ -35,6 +35,7 @@ from typing import Any, Sequence
 
 from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
+from reports.files import check_output_path
 from reports.gantt import write_gantt
 from reports.summary import format_summary, run_title
 from reports.tables import format_table
@@ -103,7 +104,15 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def _check_outputs(*paths: str | None) -> None:
+    """Refuse, before any work, an output file that could not be written."""
+    for path in paths:
+        if path:
+            check_output_path(path)
+
+
 def _run(args: argparse.Namespace) -> int:
+    _check_outputs(args.trace, args.gantt)
     result = run_scenario(scenario_from_args(args), folded=not args.unfolded)
     document = result_document(result)
     if args.trace:
@@ -130,6 +139,7 @@ def _show(args: argparse.Namespace) -> int:
     system, topology = build_system(args.name, args.gpus, args.domain_size)
     summary = summarise(system, topology)
     png = args.png or f"{system.name}-{topology.num_gpus}.png"
+    _check_outputs(png)
     draw_topology(drawing_data(system, topology), png)
     if args.json:
         print(json.dumps({**summary, "png": png}, indent=1))
@@ -241,6 +251,7 @@ def _fit_loss(args: argparse.Namespace) -> Loss:
 def _calibrate(args: argparse.Namespace) -> int:
     if args.jobs < 1 or args.max_evaluations < 1:
         raise ValueError("--jobs and --max-evaluations must be >= 1")
+    _check_outputs(args.output)
     if args.rerun and (args.start or args.parameters or args.first_principles):
         raise ValueError(f"--rerun {args.rerun}: takes its parameters and start from the file; "
                          "leave out --start, --parameters and --first-principles")
@@ -316,6 +327,7 @@ def _summary(results: list[RowResult]) -> dict[str, Any]:
 def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
+    _check_outputs(args.plot)
     params = load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS
     results = validate_rows(read_measurements(args.csv), params, jobs=args.jobs,
                             progress=not args.json)

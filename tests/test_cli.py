@@ -197,3 +197,29 @@ def test_written_files_get_the_mode_the_umask_gives(tmp_path, capsys, umask_027)
     written = [trace, *sorted((tmp_path / "report").iterdir())]
     assert {path.suffix for path in written} == {".json", ".html", ".md", ".png"}
     assert {path.stat().st_mode & 0o777 for path in written} == {0o640}
+
+
+@pytest.mark.parametrize("args, work", [
+    (["run", "--trace", "{missing}/step.json"], "run_scenario"),
+    (["run", "--gantt", "{folder}"], "run_scenario"),
+    (["validate", "{fixture}", "--plot", "{missing}/validation.png"], "validate_rows"),
+    (["calibrate", "{fixture}", "-o", "{missing}/fit.yaml", "--parameters", "host_launch_s"],
+     "fit"),
+])
+def test_an_output_that_cannot_be_written_is_refused_before_the_work(
+        tmp_path, capsys, monkeypatch, args, work):
+    """A 12-minute validation or an hour's fit must not end in "folder does not exist"."""
+    from pathlib import Path
+
+    import simulator.cli
+
+    def never(*args, **kwargs):
+        raise AssertionError(f"{work} ran before the output was checked")
+    monkeypatch.setattr(simulator.cli, work, never)
+    fixture = Path(__file__).parent / "data" / "validate_three.csv"
+    filled = [a.format(missing=tmp_path / "missing", folder=tmp_path, fixture=fixture)
+              for a in args]
+    assert main(filled) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("moesim: error: output")
+    assert "does not exist" in lines[0] or "is a folder" in lines[0]
