@@ -334,8 +334,9 @@ def _validate(args: argparse.Namespace) -> int:
     rows = [asdict(r) for r in results]
     summary = _summary(results)
     if args.plot:
-        write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} "
-                              f"(median |error| {summary['median_abs_error_pct']:.1f} %)")
+        median = summary["median_abs_error_pct"]
+        write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} " + (
+            "(no row ran)" if median is None else f"(median |error| {median:.1f} %)"))
     if args.json:
         print(json.dumps({"rows": rows, "summary": summary}, indent=1))
     else:

@@ -13,7 +13,6 @@ A row moesim cannot run is reported with its reason and counted, never skipped.
 
 from __future__ import annotations
 
-import math
 import re
 import signal
 import sys
@@ -228,11 +227,12 @@ def _validate_indexed(item: tuple[int, dict[str, Any]],
     return index, validate_row(row, params)
 
 
-def _stats(errors: list[float]) -> dict[str, float]:
+def _stats(errors: list[float]) -> dict[str, float | None]:
+    """Median, mean and max absolute error; None (JSON null) for each when no row ran."""
     absolute = sorted(abs(e) for e in errors)
     if not absolute:
-        return {"median_abs_error_pct": math.nan, "mean_abs_error_pct": math.nan,
-                "max_abs_error_pct": math.nan}
+        return {"median_abs_error_pct": None, "mean_abs_error_pct": None,
+                "max_abs_error_pct": None}
     return {"median_abs_error_pct": float(pd.Series(absolute).median()),
             "mean_abs_error_pct": sum(absolute) / len(absolute),
             "max_abs_error_pct": absolute[-1]}

@@ -106,3 +106,21 @@ def test_a_dualpipe_row_runs_as_dualpipev_with_two_stages_per_rank():
                              "dispatcher": "alltoall"})
     assert (plain.plan.vpp, plain.recipe.pipeline_schedule) == (1, "1f1b")
     assert (dualpipe.plan.vpp, dualpipe.recipe.pipeline_schedule) == (2, "dualpipev")
+
+
+def test_with_no_row_run_the_statistics_are_null_and_the_json_is_strict(tmp_path, capsys):
+    """No NaN in the JSON (strict parsers reject it), "-" in the table."""
+    path = tmp_path / "failing.csv"
+    lines = FIXTURE.read_text().splitlines()
+    path.write_text("\n".join([lines[0]] + [line.replace("llama3-8b", "no-such-model")
+                                            for line in lines[1:]]) + "\n")
+    assert main(["validate", str(path), "--json"]) == 0
+
+    def refuse(constant):
+        raise ValueError(f"{constant} in the JSON")
+    summary = json.loads(capsys.readouterr().out, parse_constant=refuse)["summary"]
+    assert summary["n"] == summary["n_failed"] == 3
+    assert summary["median_abs_error_pct"] is None and summary["max_abs_error_pct"] is None
+    assert main(["validate", str(path), "--plot", str(tmp_path / "v.png")]) == 0
+    table = capsys.readouterr().out
+    assert "nan" not in table and "3 rows, 3 failed" in table
