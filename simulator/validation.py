@@ -84,7 +84,12 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
     rows = frame.to_dict("records")
+    first_line: dict[str, int] = {}
     for number, row in enumerate(rows, start=2):
+        if row["name"] in first_line:
+            raise ValueError(f"{path}: line {number}: name={row['name']!r} is already on line "
+                             f"{first_line[row['name']]}; row names must be unique")
+        first_line[row["name"]] = number
         for column in INTEGER_COLUMNS:
             if not row[column].strip().isdigit():
                 raise ValueError(f"{path}: line {number} ({row['name']}): {column}="

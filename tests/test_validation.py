@@ -88,6 +88,8 @@ def test_validation_figure_has_the_points_and_the_band(results):
 @pytest.mark.parametrize("text, words", [
     ("name,model\nx,y\n", ["missing column"]),
     (FIXTURE.read_text().replace(",8,bf16,1,1,1", ",eight,bf16,1,1,1", 1), ["num_gpus", "eight"]),
+    (FIXTURE.read_text() + FIXTURE.read_text().splitlines()[1] + "\n",
+     ["line 5", "fixture-llama8b-h100-8-tokens", "line 2", "unique"]),
 ])
 def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     path = tmp_path / "bad.csv"
