@@ -36,6 +36,16 @@ def check_output_path(path: str | Path) -> None:
         raise ValueError(f"output {str(target)!r}: folder {str(target.parent)!r} does not exist")
 
 
+def check_output_folder(path: str | Path) -> None:
+    """Raise a one-line error unless `path` is a folder or can be made one (its nearest
+    existing ancestor is a folder)."""
+    target = Path(path)
+    existing = next((p for p in (target, *target.parents) if p.exists()), Path("."))
+    if not existing.is_dir():
+        what = "is a file" if existing == target else f"is inside the file {str(existing)!r}"
+        raise ValueError(f"output folder {str(target)!r}: {what}; name a folder")
+
+
 def _write_atomically(path: str | Path, write: Callable[[Path], object], suffix: str = "") -> None:
     """Let `write` fill a sibling temporary file, give it the usual mode, rename it to `path`;
     a failure leaves no partial file behind."""

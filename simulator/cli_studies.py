@@ -22,6 +22,7 @@ from typing import Any, Mapping
 
 from topologies.systems import load_system
 
+from reports.files import check_output_folder
 from reports.html_report import run_sections, study_sections, write_report
 from reports.study_charts import (compare_figures, scale_figures, study_breakdown_rows,
                                   study_summary_rows, write_study)
@@ -126,6 +127,7 @@ def _point_flags(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def _compare(args: argparse.Namespace) -> int:
+    check_output_folder(args.out)
     published = not (args.same_recipe or args.scenario or args.megatron_args)
     flags = _point_flags(args)
 
@@ -157,6 +159,7 @@ def _gpu_count(text: str) -> int:
 
 
 def _scale(args: argparse.Namespace) -> int:
+    check_output_folder(args.out)
     counts = [_gpu_count(name) for name in _names(args.gpu_counts, "gpus")]
     base = scenario_from_args(argparse.Namespace(**{**vars(args), "gpus": counts[0]}))
     frame = scale(base, counts, weak=args.weak)
@@ -180,6 +183,7 @@ def _study_output(args: argparse.Namespace, name: str, frame: Any,
 
 
 def _report(args: argparse.Namespace) -> int:
+    check_output_folder(args.out)
     if args.study:
         if given := scenario_flags_given(args):
             raise ValueError(f"--study {args.study}: reports a study folder; the scenario "
@@ -197,6 +201,8 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _sweep(args: argparse.Namespace) -> int:
+    if args.out:
+        check_output_folder(args.out)
     spec = load_sweep(args.sweep)
     frame = run_sweep(spec, out_dir=args.out, jobs=args.jobs, scheduler=args.scheduler,
                       progress=True)

@@ -200,26 +200,34 @@ def test_written_files_get_the_mode_the_umask_gives(tmp_path, capsys, umask_027)
 
 
 @pytest.mark.parametrize("args, work", [
-    (["run", "--trace", "{missing}/step.json"], "run_scenario"),
-    (["run", "--gantt", "{folder}"], "run_scenario"),
-    (["validate", "{fixture}", "--plot", "{missing}/validation.png"], "validate_rows"),
+    (["run", "--trace", "{missing}/step.json"], "cli.run_scenario"),
+    (["run", "--gantt", "{folder}"], "cli.run_scenario"),
+    (["validate", "{fixture}", "--plot", "{missing}/validation.png"], "cli.validate_rows"),
     (["calibrate", "{fixture}", "-o", "{missing}/fit.yaml", "--parameters", "host_launch_s"],
-     "fit"),
+     "cli.fit"),
+    (["report", "--out", "{file}"], "cli_studies.run_scenario"),
+    (["scale", "--gpus", "64,128", "--out", "{file}/inside"], "cli_studies.scale"),
+    (["compare", "--systems", "gb200-nvl72,gb300-nvl72", "--out", "{file}"],
+     "cli_studies.compare_systems"),
 ])
 def test_an_output_that_cannot_be_written_is_refused_before_the_work(
         tmp_path, capsys, monkeypatch, args, work):
     """A 12-minute validation or an hour's fit must not end in "folder does not exist"."""
+    import importlib
     from pathlib import Path
 
-    import simulator.cli
+    module, function = work.split(".")
 
     def never(*args, **kwargs):
         raise AssertionError(f"{work} ran before the output was checked")
-    monkeypatch.setattr(simulator.cli, work, never)
+    monkeypatch.setattr(importlib.import_module(f"simulator.{module}"), function, never)
     fixture = Path(__file__).parent / "data" / "validate_three.csv"
-    filled = [a.format(missing=tmp_path / "missing", folder=tmp_path, fixture=fixture)
-              for a in args]
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    filled = [a.format(missing=tmp_path / "missing", folder=tmp_path, fixture=fixture,
+                       file=a_file) for a in args]
     assert main(filled) == 2
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("moesim: error: output")
-    assert "does not exist" in lines[0] or "is a folder" in lines[0]
+    assert any(words in lines[0] for words in ("does not exist", "is a folder", "is a file",
+                                               "is inside the file"))
