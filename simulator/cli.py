@@ -210,6 +210,9 @@ def _fit_parameters(selection: str | None, option: str = "--parameters"
     unknown = [key for key in keys if key not in known]
     if unknown or not keys:
         raise ValueError(f"{option} {selection!r}: known are {', '.join(known)}")
+    twice = sorted({key for key in keys if keys.count(key) > 1})
+    if twice:
+        raise ValueError(f"{option} {selection!r}: {', '.join(twice)} named more than once")
     return tuple(known[key] for key in keys)
 
 

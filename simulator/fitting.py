@@ -274,6 +274,10 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     first = errors(x, rows)
     initial_results = counter.results
     used = [row for row, e in zip(rows, first) if not math.isnan(e)]
+    if not used:
+        reason = next((r.reason for r in initial_results if r.reason), "no measurement")
+        raise ValueError(f"calibrate: none of the {len(rows)} rows to fit ran (first failure: "
+                         f"{reason}); nothing to fit")
     residual = first[~np.isnan(first)]
     failed = len(rows) - len(used)
     initial_rms, initial_objective = _rms(residual), loss.objective(residual)

@@ -381,3 +381,23 @@ def test_a_head_dim_key_starts_from_the_value_the_cost_model_falls_back_to():
     assert params_value(params, "attention_efficiency.blackwell-fp8-d96") == 0.4
     assert params_value(params, "attention_efficiency.hopper-fp8-d96") == 0.45
     assert params_value(params, "attention_efficiency.hopper-bf16") == 0.5
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--parameters", "host_launch_s,grace_host_slowdown,host_launch_s"],
+     "host_launch_s named more than once"),
+    (["--parameters", "host_launch_s", "--hold-out", "gpu=h100"],
+     "none of the 1 rows to fit ran (first failure: gpu='x999'")])
+def test_a_fit_with_nothing_to_fit_gets_one_line_error_and_no_file(
+        tmp_path, capsys, extra, words):
+    """A parameter named twice would give the Jacobian two equal columns; holding out the
+    fixture's two runnable rows leaves only its unknown-GPU row, and a file fitted to no row
+    would load as if it were a fit."""
+    from simulator.cli import main
+
+    out = tmp_path / "c.yaml"
+    assert main(["calibrate", str(FIXTURE), "-o", str(out), "--max-evaluations", "2",
+                 *extra]) == 2
+    error = capsys.readouterr().err
+    assert words in error and len(error.strip().splitlines()) == 1
+    assert not out.exists()
