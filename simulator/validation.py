@@ -13,6 +13,7 @@ A row moesim cannot run is reported with its reason and counted, never skipped.
 
 from __future__ import annotations
 
+import math
 import re
 import signal
 import sys
@@ -56,6 +57,7 @@ TOKEN_DROP_CAPACITY_FACTOR = 1.0
 CONTAINER_RECIPES = {"mb260601-": "mbridge-26.06.01"}
 INTEGER_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len",
                    "fsdp", "mtp_layers")
+MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -94,7 +96,22 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
             if not row[column].strip().isdigit():
                 raise ValueError(f"{path}: line {number} ({row['name']}): {column}="
                                  f"{row[column]!r} must be a non-negative integer")
+        _check_measured(row, f"{path}: line {number} ({row['name']})")
     return rows
+
+
+def _check_measured(row: dict[str, Any], where: str) -> None:
+    """A row's measurements: each given one a positive number, at least one given."""
+    given = [column for column in MEASURED_COLUMNS if row[column].strip()]
+    if not given:
+        raise ValueError(f"{where}: needs {' or '.join(MEASURED_COLUMNS)}")
+    for column in given:
+        try:
+            value = float(row[column])
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f"{where}: {column}={row[column]!r} must be a positive number")
 
 
 def _number(text: str) -> float | None:

@@ -90,6 +90,14 @@ def test_validation_figure_has_the_points_and_the_band(results):
     (FIXTURE.read_text().replace(",8,bf16,1,1,1", ",eight,bf16,1,1,1", 1), ["num_gpus", "eight"]),
     (FIXTURE.read_text() + FIXTURE.read_text().splitlines()[1] + "\n",
      ["line 5", "fixture-llama8b-h100-8-tokens", "line 2", "unique"]),
+    (FIXTURE.read_text().replace(",10000,,megatron", ",0,,megatron", 1),
+     ["line 2", "measured_tokens_per_s_per_gpu='0'", "positive number"]),
+    (FIXTURE.read_text().replace(",10000,,megatron", ",-5,,megatron", 1),
+     ["line 2", "measured_tokens_per_s_per_gpu='-5'", "positive number"]),
+    (FIXTURE.read_text().replace(",10000,,megatron", ",fast,,megatron", 1),
+     ["line 2", "measured_tokens_per_s_per_gpu='fast'", "positive number"]),
+    (FIXTURE.read_text().replace(",10000,,megatron", ",,,megatron", 1),
+     ["line 2", "needs measured_tokens_per_s_per_gpu or measured_tflops_per_gpu"]),
 ])
 def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     path = tmp_path / "bad.csv"
