@@ -58,6 +58,9 @@ CONTAINER_RECIPES = {"mb260601-": "mbridge-26.06.01"}
 INTEGER_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len",
                    "fsdp", "mtp_layers")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
+# Columns with a closed vocabulary (data/README.md): the values each may take.
+VOCABULARY = {"fsdp": ("0", "1"), "a2a_overlap": ("", "0", "1"), "fp8_attention": ("", "0", "1"),
+              "routing": ("", "balanced", "dropless", "tokendrop")}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,12 +95,24 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
             raise ValueError(f"{path}: line {number}: name={row['name']!r} is already on line "
                              f"{first_line[row['name']]}; row names must be unique")
         first_line[row["name"]] = number
+        _check_vocabulary(row, f"{path}: line {number} ({row['name'] or 'no name'})")
         for column in INTEGER_COLUMNS:
             if not row[column].strip().isdigit():
                 raise ValueError(f"{path}: line {number} ({row['name']}): {column}="
                                  f"{row[column]!r} must be a non-negative integer")
         _check_measured(row, f"{path}: line {number} ({row['name']})")
     return rows
+
+
+def _check_vocabulary(row: dict[str, Any], where: str) -> None:
+    """A row has a name, and each closed-vocabulary column one of its values."""
+    if not row["name"].strip():
+        raise ValueError(f"{where}: name is empty; every row needs a unique name")
+    for column, allowed in VOCABULARY.items():
+        value = row.get(column, "").strip()
+        if value not in allowed:
+            shown = ", ".join(repr(a) for a in allowed)
+            raise ValueError(f"{where}: {column}={value!r} must be one of {shown}")
 
 
 def _check_measured(row: dict[str, Any], where: str) -> None:
@@ -143,6 +158,9 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
         changes["recompute_modules"] = (() if row["recompute"] == "none"
                                         else tuple(row["recompute"].split("+")))
     if row["dispatcher"]:
+        if row["dispatcher"] not in DISPATCHER_SMS:
+            raise ValueError(f"dispatcher={row['dispatcher']!r}: known are "
+                             f"{', '.join(DISPATCHER_SMS)}")
         changes["dispatcher"] = row["dispatcher"]
         changes["dispatcher_sms"] = DISPATCHER_SMS[row["dispatcher"]]
     if row["cuda_graphs"]:

@@ -85,6 +85,19 @@ def test_validation_figure_has_the_points_and_the_band(results):
     assert sum(offsets) >= 2
 
 
+def _first_row_with(column: str, value: str) -> str:
+    """The fixture's text with `column` of its first row set to `value`."""
+    import csv
+    import io
+
+    lines = FIXTURE.read_text().splitlines()
+    header, first = lines[0].split(","), next(csv.reader([lines[1]]))
+    first[header.index(column)] = value
+    out = io.StringIO()
+    csv.writer(out, lineterminator="").writerow(first)
+    return "\n".join([lines[0], out.getvalue(), *lines[2:]]) + "\n"
+
+
 @pytest.mark.parametrize("text, words", [
     ("name,model\nx,y\n", ["missing column"]),
     (FIXTURE.read_text().replace(",8,bf16,1,1,1", ",eight,bf16,1,1,1", 1), ["num_gpus", "eight"]),
@@ -98,6 +111,10 @@ def test_validation_figure_has_the_points_and_the_band(results):
      ["line 2", "measured_tokens_per_s_per_gpu='fast'", "positive number"]),
     (FIXTURE.read_text().replace(",10000,,megatron", ",,,megatron", 1),
      ["line 2", "needs measured_tokens_per_s_per_gpu or measured_tflops_per_gpu"]),
+    (_first_row_with("fsdp", "2"), ["line 2", "fsdp='2'", "'0', '1'"]),
+    (_first_row_with("a2a_overlap", "yes"), ["line 2", "a2a_overlap='yes'", "'1'"]),
+    (_first_row_with("routing", "weird"), ["line 2", "routing='weird'", "'tokendrop'"]),
+    (_first_row_with("name", ""), ["line 2", "name is empty"]),
 ])
 def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     path = tmp_path / "bad.csv"
@@ -134,3 +151,11 @@ def test_with_no_row_run_the_statistics_are_null_and_the_json_is_strict(tmp_path
     assert main(["validate", str(path), "--plot", str(tmp_path / "v.png")]) == 0
     table = capsys.readouterr().out
     assert "nan" not in table and "3 rows, 3 failed" in table
+
+
+def test_an_unknown_dispatcher_is_a_failed_row_with_its_reason(tmp_path):
+    path = tmp_path / "rows.csv"
+    path.write_text(_first_row_with("dispatcher", "carrier-pigeon"))
+    first = validate_rows(read_measurements(path))[0]
+    assert first.status == "failed"
+    assert "dispatcher='carrier-pigeon'" in first.reason and "hybridep" in first.reason
