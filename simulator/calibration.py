@@ -19,9 +19,25 @@ from typing import Any, Mapping
 
 import yaml
 
+from topologies.hardware import ARCHITECTURES
 
 MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
                   "comm_efficiency", "collective_overhead_s")
+# The keys the cost model can read in each mapping field (simulator.costs, efficiency_key,
+# CostParams.comm and overhead_s); a key outside them would be held and never used.
+_ARCHITECTURE = "|".join(ARCHITECTURES)
+_PRECISION = "bf16|fp8|nvfp4"
+_ALGORITHM = "nccl|hybridep|deepep|alltoall|allgather"
+KEY_GRAMMAR = {
+    "gemm_efficiency": (rf"(?:(?:logits-)?(?:{_ARCHITECTURE})-)?(?:{_PRECISION})",
+                        "[[logits-]ARCHITECTURE-]PRECISION"),
+    "grouped_gemm_efficiency": (rf"(?:(?:{_ARCHITECTURE}|fused)-)?(?:{_PRECISION})",
+                                "[ARCHITECTURE-|fused-]PRECISION"),
+    "attention_efficiency": (rf"(?:(?:{_ARCHITECTURE}|window)-)?(?:{_PRECISION})(?:-d\d+)?",
+                             "[ARCHITECTURE-|window-]PRECISION[-dHEAD_DIM]"),
+    "comm_efficiency": (rf"(?:{_ALGORITHM})-(?:nvlink|network)", "ALGORITHM-(nvlink|network)"),
+    "collective_overhead_s": (rf"{_ALGORITHM}|p2p", "ALGORITHM or p2p"),
+}
 
 
 def _frozen(mapping: dict[str, float]) -> Mapping[str, float]:
@@ -145,6 +161,7 @@ class CostParams:
     def __post_init__(self) -> None:
         for name in MAPPING_FIELDS:
             object.__setattr__(self, name, _frozen(dict(getattr(self, name))))
+            _check_keys(name, getattr(self, name))
         for name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
                      "comm_efficiency"):
             for key, value in getattr(self, name).items():
@@ -178,6 +195,18 @@ class CostParams:
 
     def overhead_s(self, algorithm: str) -> float:
         return self.collective_overhead_s.get(algorithm, self.collective_overhead_s["nccl"])
+
+
+def _check_keys(name: str, table: Mapping[str, float]) -> None:
+    """Raise a one-line error for a key of mapping field `name` that no kernel reads."""
+    pattern, shape = KEY_GRAMMAR[name]
+    words = {"ARCHITECTURE": _ARCHITECTURE, "PRECISION": _PRECISION, "ALGORITHM": _ALGORITHM}
+    for key in table:
+        if not re.fullmatch(pattern, key):
+            legend = "; ".join(f"{word}: {choices.replace('|', ', ')}"
+                               for word, choices in words.items() if word in shape)
+            raise ValueError(f"{name}.{key}: not a key the cost model reads; keys are {shape} "
+                             f"({legend})")
 
 
 def host_params(params: CostParams, numa_bound: bool, host_cpu: str = "x86") -> CostParams:

@@ -79,6 +79,10 @@ def test_slower_gemms_slow_the_step(capsys):
     (["--system", "no-such-system"], ["no-such-system"]),
     (["--pp", "1", "--vpp", "1", "--ep", "8"], ["memory", "GiB", "weights"]),
     (["--set", "calibration.gemm_efficiency.fp8=2"], ["gemm_efficiency", "(0, 1]"]),
+    (["--set", "calibration.gemm_efficiency.blackwel-fp8=0.5"],
+     ["gemm_efficiency.blackwel-fp8", "not a key the cost model reads", "PRECISION"]),
+    (["--set", "calibration.comm_efficiency.hybridep-ib=0.5"],
+     ["comm_efficiency.hybridep-ib", "ALGORITHM-(nvlink|network)"]),
 ])
 def test_bad_input_gets_one_line_error(capsys, args, words):
     assert main(["run", *args]) == 2

@@ -173,6 +173,8 @@ def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
     ("parameters: 3\n", ["parameters", "mapping"]),
     ("parameters:\n  host_launch_s: {value: fast}\n", ["host_launch_s", "fast"]),
     ("parameters:\n  no_such: {value: 1}\n", ["no_such", "known"]),
+    ("parameters:\n  gemm_efficiency.blackwel-fp8: {value: 0.5}\n",
+     ["gemm_efficiency.blackwel-fp8", "not a key the cost model reads", "blackwell-ultra"]),
     (": : :\n", ["cannot read"]),
 ])
 def test_bad_calibration_file_gets_one_line_error(tmp_path, capsys, text, words):
