@@ -20,6 +20,7 @@ from typing import Any, Mapping
 import yaml
 
 from topologies.hardware import ARCHITECTURES
+from workloads.recipes import DISPATCHERS
 
 MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
                   "comm_efficiency", "collective_overhead_s")
@@ -27,7 +28,7 @@ MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_effic
 # CostParams.comm and overhead_s); a key outside them would be held and never used.
 _ARCHITECTURE = "|".join(ARCHITECTURES)
 _PRECISION = "bf16|fp8|nvfp4"
-_ALGORITHM = "nccl|hybridep|deepep|alltoall|allgather"
+_ALGORITHM = "|".join(("nccl", *DISPATCHERS))
 KEY_GRAMMAR = {
     "gemm_efficiency": (rf"(?:(?:logits-)?(?:{_ARCHITECTURE})-)?(?:{_PRECISION})",
                         "[[logits-]ARCHITECTURE-]PRECISION"),
