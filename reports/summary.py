@@ -71,6 +71,18 @@ def _breakdown_lines(breakdown: Mapping[str, float], step_s: float) -> list[str]
             f"{100 * breakdown[k] / step_s:6.1f} %" for k in keys]
 
 
+def _measured_row_lines(row: Mapping[str, Any] | None) -> list[str]:
+    """The measured row the run started from (`run --row`) and this run's signed error."""
+    if row is None:
+        return []
+    label = f"  {'measured (' + row['name'] + ')':<40}"
+    if row["measured_tokens_per_s_per_gpu"] is not None:
+        return [f"{label}{row['measured_tokens_per_s_per_gpu']:9,.0f}   tokens/s/GPU "
+                f"(this run {row['error_pct']:+.1f} %)"]
+    return [f"{label}{row['measured_tflops_per_gpu']:9,.0f}   TFLOP/s/GPU, {row['flops_formula']} "
+            f"(this run {row['predicted_tflops_per_gpu']:,.0f}, {row['error_pct']:+.1f} %)"]
+
+
 def format_summary(result: Mapping[str, Any]) -> str:
     """A few aligned lines: scenario (and what-ifs), throughput, breakdown, memory."""
     s = result["scenario"]
@@ -87,6 +99,7 @@ def format_summary(result: Mapping[str, Any]) -> str:
         f"({result['model_flops_per_token'] / 1e9:.1f} GFLOP/token, Megatron counting)",
         f"  {'MFU':<40}{100 * result['mfu']:9.1f} %   of the dense "
         f"{s['recipe']['precision']} peak ({result['peak_tflops_per_gpu']:,.0f} TFLOP/s)",
+        *_measured_row_lines(result.get("measured_row")),
         "where the step time goes (mean over GPUs):",
         *_breakdown_lines(result["breakdown_s"], result["step_time_s"]),
         "memory per GPU (most loaded stage): " + ", ".join(

@@ -54,7 +54,8 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
 from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, FitResult, Loss,
                                calibration_document, fit)
 from simulator.ladders import ladders
-from simulator.validation import RowResult, read_measurements, summarize, validate_rows
+from simulator.validation import (RowResult, find_row, read_measurements, row_comparison,
+                                  summarize, validate_rows)
 
 SHOW_SUBJECTS = ("system",)
 
@@ -115,6 +116,9 @@ def _run(args: argparse.Namespace) -> int:
     _check_outputs(args.trace, args.gantt)
     result = run_scenario(scenario_from_args(args), folded=not args.unfolded)
     document = result_document(result)
+    if args.row:
+        document["measured_row"] = row_comparison(find_row(args.row), result.scenario,
+                                                  result.metrics.tokens_per_s_per_gpu)
     if args.trace:
         write_chrome_trace(args.trace, trace_rows(result))
     if args.gantt:

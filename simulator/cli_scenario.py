@@ -1,10 +1,11 @@
 """The scenario flags that every simulating command shares (`moesim run`, `compare`, `scale`,
 `report`): declaring them on a parser and turning the parsed flags into a Scenario.
 
-Order of application: the scenario file (else the default study), --megatron-args, --system,
---model, --mtp, --recipe, --precision, --auto-plan, --calibration, then the plan flags and
-every --set together (simulator.overrides.apply_settings), so that no invalid plan has to
-exist in between: `--gpus 16 --set ep=8` and `--set gpus=16 --set ep=8` both work.
+Order of application: the scenario file or a measured row (--row; else the default study),
+--megatron-args, --system, --model, --mtp, --recipe, --precision, --auto-plan, --calibration,
+then the plan flags and every --set together (simulator.overrides.apply_settings), so that no
+invalid plan has to exist in between: `--gpus 16 --set ep=8` and `--set gpus=16 --set ep=8`
+both work.
 """
 
 from __future__ import annotations
@@ -27,10 +28,11 @@ from simulator.overrides import apply_settings
 from simulator.planner import recipe_for, sensible_plan
 from simulator.scenario import Scenario, default_domain_size, default_scenario
 from simulator.scenario_files import load_scenario_file, scenario_from_megatron_args
+from simulator.validation import find_row, row_scenario
 
 PLAN_FLAGS = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep",
               "etp": "etp", "cp": "cp", "mbs": "mbs", "gbs": "gbs", "seq": "seq_len"}
-SCENARIO_OPTIONS = ("scenario", "megatron_args", "system", "model", *PLAN_FLAGS, "mtp",
+SCENARIO_OPTIONS = ("scenario", "row", "megatron_args", "system", "model", *PLAN_FLAGS, "mtp",
                     "precision", "recipe", "calibration")
 
 
@@ -39,6 +41,9 @@ def add_scenario_flags(command: argparse.ArgumentParser, *, gpus: bool = True) -
     `gpus=False` leaves `--gpus` to the command (it is then None for `scenario_from_args`)."""
     command.add_argument("scenario", nargs="?", metavar="SCENARIO.yaml",
                          help="a scenario file (default: the built-in DeepSeek-V3 GB300 study)")
+    command.add_argument("--row", metavar="FILE.csv:NAME",
+                         help="start from a measured row of a measurements CSV, as `moesim "
+                              "validate` runs it")
     command.add_argument("--megatron-args", metavar="ARGS|@FILE",
                          help="a Megatron-LM / Megatron-Bridge command line (or @file with one)")
     command.add_argument("--system", help="catalog system name or a system YAML file")
@@ -71,8 +76,14 @@ def scenario_from_args(args: argparse.Namespace) -> Scenario:
 
 
 def base_scenario(args: argparse.Namespace) -> Scenario:
-    """The scenario file (else the default study) with --megatron-args applied."""
-    scenario = load_scenario_file(args.scenario) if args.scenario else default_scenario()
+    """The scenario file or measured row (else the default study) with --megatron-args
+    applied."""
+    if args.scenario and args.row:
+        raise ValueError(f"--row {args.row}: give a scenario file or --row, not both")
+    if args.row:
+        scenario = row_scenario(find_row(args.row))
+    else:
+        scenario = load_scenario_file(args.scenario) if args.scenario else default_scenario()
     if args.megatron_args:
         scenario, ignored = scenario_from_megatron_args(read_megatron_args(args.megatron_args),
                                                         scenario)

@@ -121,14 +121,14 @@ def _names(text: str, flag: str) -> list[str]:
 def _point_flags(args: argparse.Namespace) -> argparse.Namespace:
     """The flags re-applied at each study point over its published plan: plan degrees,
     --mtp, --precision, --auto-plan and --set (the base already has the rest)."""
-    return argparse.Namespace(**{**vars(args), "scenario": None, "megatron_args": None,
+    return argparse.Namespace(**{**vars(args), "scenario": None, "row": None, "megatron_args": None,
                                  "system": None, "model": None, "recipe": None,
                                  "calibration": None})
 
 
 def _compare(args: argparse.Namespace) -> int:
     check_output_folder(args.out)
-    published = not (args.same_recipe or args.scenario or args.megatron_args)
+    published = not (args.same_recipe or args.scenario or args.row or args.megatron_args)
     flags = _point_flags(args)
 
     def adjust(scenario: Scenario) -> Scenario:

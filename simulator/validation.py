@@ -207,6 +207,40 @@ def _measured(row: dict[str, Any]) -> tuple[float | None, float | None]:
     return _number(row["measured_tokens_per_s_per_gpu"]), _number(row["measured_tflops_per_gpu"])
 
 
+def find_row(spec: str) -> dict[str, Any]:
+    """The row `NAME` of `FILE.csv` from "FILE.csv:NAME" (the CSV checked as `validate` does)."""
+    path, colon, name = spec.rpartition(":")
+    if not colon or not path or not name:
+        raise ValueError(f"--row {spec!r}: give FILE.csv:NAME, a measurements CSV and the name "
+                         f"of one of its rows")
+    rows = read_measurements(path)
+    for row in rows:
+        if row["name"] == name:
+            return row
+    raise ValueError(f"--row {spec!r}: {path} has no row named {name!r} ({len(rows)} rows; "
+                     f"`moesim validate {path}` lists them)")
+
+
+def row_comparison(row: dict[str, Any], scenario: Scenario,
+                   predicted_tokens_per_s_per_gpu: float) -> dict[str, Any]:
+    """A prediction for `scenario` set against `row`'s measurement: the row's name and
+    measurements, the predicted TFLOP/s counted with the row's `flops_formula`, and the signed
+    error (on tokens/s where measured, else on TFLOP/s; module docstring)."""
+    tokens, tflops = _measured(row)
+    flops_per_token = reported_flops_per_token(scenario.model, scenario.plan.seq_len,
+                                               row["flops_formula"], scenario.plan.tp)
+    predicted_tflops = predicted_tokens_per_s_per_gpu * flops_per_token / 1e12
+    if tokens is not None:
+        error = 100 * (predicted_tokens_per_s_per_gpu / tokens - 1)
+    else:
+        assert tflops is not None
+        error = 100 * (predicted_tflops / tflops - 1)
+    return {"name": row["name"], "measured_tokens_per_s_per_gpu": tokens,
+            "measured_tflops_per_gpu": tflops, "flops_formula": row["flops_formula"],
+            "predicted_tokens_per_s_per_gpu": predicted_tokens_per_s_per_gpu,
+            "predicted_tflops_per_gpu": predicted_tflops, "error_pct": error}
+
+
 def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> RowResult:
     """Run one row; a ValueError (bad plan, no fit, unknown name) becomes a failed row."""
     tokens, tflops = _measured(row)
@@ -215,20 +249,14 @@ def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> Ro
     try:
         scenario = replace(row_scenario(row), params=params)
         metrics = run_steady_state(scenario)
-        flops_per_token = reported_flops_per_token(scenario.model, scenario.plan.seq_len,
-                                                   row["flops_formula"], scenario.plan.tp)
+        comparison = row_comparison(row, scenario, metrics.tokens_per_s_per_gpu)
     except ValueError as failure:
         return RowResult(status="failed", reason=str(failure), predicted_tokens_per_s_per_gpu=None,
                          predicted_tflops_per_gpu=None, error_pct=None, **common)
-    predicted_tokens = metrics.tokens_per_s_per_gpu
-    predicted_tflops = predicted_tokens * flops_per_token / 1e12
-    if tokens is not None:
-        error = 100 * (predicted_tokens / tokens - 1)
-    else:
-        assert tflops is not None
-        error = 100 * (predicted_tflops / tflops - 1)
-    return RowResult(status="ok", reason="", predicted_tokens_per_s_per_gpu=predicted_tokens,
-                     predicted_tflops_per_gpu=predicted_tflops, error_pct=error, **common)
+    return RowResult(status="ok", reason="",
+                     predicted_tokens_per_s_per_gpu=comparison["predicted_tokens_per_s_per_gpu"],
+                     predicted_tflops_per_gpu=comparison["predicted_tflops_per_gpu"],
+                     error_pct=comparison["error_pct"], **common)
 
 
 def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAMS,

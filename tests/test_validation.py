@@ -159,3 +159,54 @@ def test_an_unknown_dispatcher_is_a_failed_row_with_its_reason(tmp_path):
     first = validate_rows(read_measurements(path))[0]
     assert first.status == "failed"
     assert "dispatcher='carrier-pigeon'" in first.reason and "hybridep" in first.reason
+
+
+def _run_row(capsys, name: str, *flags: str) -> dict:
+    assert main(["run", "--row", f"{FIXTURE}:{name}", "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("index", [0, 1])
+def test_run_from_a_row_predicts_what_validate_does(results, capsys, index):
+    """`moesim run --row FILE:NAME` runs the row's scenario and sets it against the row's
+    measurement as `validate` does (tokens/s where measured, else TFLOP/s)."""
+    row = results[index]
+    document = _run_row(capsys, row.name)
+    measured = document["measured_row"]
+    assert document["tokens_per_s_per_gpu"] == pytest.approx(row.predicted_tokens_per_s_per_gpu)
+    assert measured["error_pct"] == pytest.approx(row.error_pct)
+    assert measured["predicted_tflops_per_gpu"] == pytest.approx(row.predicted_tflops_per_gpu)
+    assert (measured["measured_tokens_per_s_per_gpu"], measured["measured_tflops_per_gpu"]) == (
+        row.measured_tokens_per_s_per_gpu, row.measured_tflops_per_gpu)
+
+
+def test_a_what_if_on_a_row_is_set_against_the_rows_measurement(results, capsys):
+    row = results[0]
+    slower = _run_row(capsys, row.name, "--set", "calibration.gemm_efficiency.hopper-bf16=0.3")
+    assert slower["tokens_per_s_per_gpu"] < row.predicted_tokens_per_s_per_gpu
+    assert slower["measured_row"]["error_pct"] == pytest.approx(
+        100 * (slower["tokens_per_s_per_gpu"] / 10000 - 1))
+    assert main(["run", "--row", f"{FIXTURE}:{row.name}"]) == 0
+    assert f"measured ({row.name})" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("{fixture}:no-such-row", ["no row named 'no-such-row'", "3 rows"]),
+    ("{fixture}", ["FILE.csv:NAME"]),
+    ("missing.csv:fixture-llama8b-h100-8-tokens", ["missing.csv", "cannot read"]),
+    ("{fixture}:fixture-llama8b-x999-8", ["x999"]),
+])
+def test_a_bad_row_gets_one_line_error(capsys, spec, words):
+    assert main(["run", "--row", spec.format(fixture=FIXTURE)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
+    for word in words:
+        assert word in lines[0]
+
+
+def test_a_row_and_a_scenario_file_together_are_refused(capsys, tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("model: llama3-8b\n")
+    assert main(["run", str(scenario), "--row", f"{FIXTURE}:fixture-llama8b-h100-8-tokens"]) == 2
+    assert "not both" in capsys.readouterr().err
