@@ -165,6 +165,9 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
                           help="rows to run in parallel processes")
     validate.add_argument("--calibration", metavar="FILE",
                           help="cost parameters from `moesim calibrate`")
+    validate.add_argument("--only", action="append", default=[], metavar="COLUMN=VALUE[,VALUE]",
+                          help="run only the rows with one of these values in COLUMN (e.g. "
+                               "model=qwen3-30b-a3b); repeated, a row must match each")
 
 
 def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
@@ -220,19 +223,36 @@ def _fit_parameters(selection: str | None, option: str = "--parameters"
     return tuple(known[key] for key in keys)
 
 
+def _matching(rows: list[dict[str, Any]], selection: str, option: str
+              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(rows whose COLUMN holds one of the VALUEs of `selection`, the others)."""
+    column, _, values = selection.partition("=")
+    wanted = {v.strip() for v in values.split(",") if v.strip()}
+    if not rows or column not in rows[0] or not wanted:
+        known = ", ".join(rows[0]) if rows else "none"
+        raise ValueError(f"{option} {selection!r}: must be COLUMN=VALUE[,VALUE] with a "
+                         f"column of the CSV ({known})")
+    return ([row for row in rows if row[column] in wanted],
+            [row for row in rows if row[column] not in wanted])
+
+
+def _only(rows: list[dict[str, Any]], selections: list[str]) -> list[dict[str, Any]]:
+    """The rows that match every `--only COLUMN=VALUE[,VALUE]`."""
+    for selection in selections:
+        matched, _ = _matching(rows, selection, "--only")
+        if not matched:
+            raise ValueError(f"--only {selection!r}: matches none of the {len(rows)} rows "
+                             f"left to run")
+        rows = matched
+    return rows
+
+
 def _split_held_out(rows: list[dict[str, Any]], selection: str | None
                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(rows to fit, rows `--hold-out COLUMN=VALUE[,VALUE]` names; none without it)."""
     if selection is None:
         return rows, []
-    column, _, values = selection.partition("=")
-    wanted = {v.strip() for v in values.split(",") if v.strip()}
-    if not rows or column not in rows[0] or not wanted:
-        known = ", ".join(rows[0]) if rows else "none"
-        raise ValueError(f"--hold-out {selection!r}: must be COLUMN=VALUE[,VALUE] with a "
-                         f"column of the CSV ({known})")
-    held = [row for row in rows if row[column] in wanted]
-    kept = [row for row in rows if row[column] not in wanted]
+    held, kept = _matching(rows, selection, "--hold-out")
     if not held or not kept:
         raise ValueError(f"--hold-out {selection!r}: must leave some rows in and some out "
                          f"(it matches {len(held)} of {len(rows)})")
@@ -336,8 +356,8 @@ def _validate(args: argparse.Namespace) -> int:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
     _check_outputs(args.plot)
     params = load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS
-    results = validate_rows(read_measurements(args.csv), params, jobs=args.jobs,
-                            progress=not args.json)
+    results = validate_rows(_only(read_measurements(args.csv), args.only), params,
+                            jobs=args.jobs, progress=not args.json)
     rows = [asdict(r) for r in results]
     summary = _summary(results)
     if args.plot:

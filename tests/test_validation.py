@@ -210,3 +210,26 @@ def test_a_row_and_a_scenario_file_together_are_refused(capsys, tmp_path):
     scenario.write_text("model: llama3-8b\n")
     assert main(["run", str(scenario), "--row", f"{FIXTURE}:fixture-llama8b-h100-8-tokens"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_validate_only_runs_the_rows_that_match_each_selection(results, capsys):
+    assert main(["validate", str(FIXTURE), "--json", "--only", "gpu=h100,b200",
+                 "--only", "precision=bf16"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in document["rows"]] == [results[0].name]
+    assert document["rows"][0]["error_pct"] == pytest.approx(results[0].error_pct)
+    assert document["summary"]["n"] == 1
+
+
+@pytest.mark.parametrize("selection, words", [
+    ("gpu=b200", ["--only 'gpu=b200'", "none of the 3 rows"]),
+    ("colour=red", ["--only 'colour=red'", "COLUMN=VALUE", "gpu"]),
+    ("gpu=", ["COLUMN=VALUE"]),
+])
+def test_a_selection_that_runs_nothing_gets_one_line_error(capsys, selection, words):
+    assert main(["validate", str(FIXTURE), "--only", selection]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
+    for word in words:
+        assert word in lines[0]
