@@ -105,6 +105,9 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
                  meaning="times as long a kernel launch takes on a Grace host as on x86"),
     FitParameter(key="unfused_permute_slowdown", lower=1.0, upper=10.0,
                  meaning="times as long MoE permute/unpermute take without TE's fused kernel"),
+    FitParameter(key="memory_efficiency", lower=0.3, upper=0.95,
+                 meaning="share of HBM bandwidth that memory-bound kernels (norms, "
+                         "quantisation, activations, permutes, optimizer) reach"),
 )
 
 
