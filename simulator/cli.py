@@ -44,9 +44,9 @@ from reports.validation_plot import write_validation_plot
 from reports.validation_table import format_validation
 from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
                                summarise, summary_rows)
-from simulator.cli_scenario import add_scenario_flags, scenario_from_args
+from simulator.cli_scenario import add_scenario_flags, run_document, scenario_from_args
 from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
-from simulator.results import pipeline_rows, result_document, trace_rows
+from simulator.results import pipeline_rows, trace_rows
 from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, calibration_values, load_calibration,
@@ -54,8 +54,7 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
 from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, FitResult, Loss,
                                calibration_document, fit)
 from simulator.ladders import ladders
-from simulator.validation import (RowResult, find_row, read_measurements, row_comparison,
-                                  summarize, validate_rows)
+from simulator.validation import RowResult, read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
 
@@ -115,10 +114,7 @@ def _check_outputs(*paths: str | None) -> None:
 def _run(args: argparse.Namespace) -> int:
     _check_outputs(args.trace, args.gantt)
     result = run_scenario(scenario_from_args(args), folded=not args.unfolded)
-    document = result_document(result)
-    if args.row:
-        document["measured_row"] = row_comparison(find_row(args.row), result.scenario,
-                                                  result.metrics.tokens_per_s_per_gpu)
+    document = run_document(args, result)
     if args.trace:
         write_chrome_trace(args.trace, trace_rows(result))
     if args.gantt:

@@ -14,6 +14,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from topologies.systems import load_system, system_gpu
 from workloads.megatron_args import read_megatron_args
@@ -26,9 +27,10 @@ from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 from simulator.calibration import load_calibration
 from simulator.overrides import apply_settings
 from simulator.planner import recipe_for, sensible_plan
-from simulator.scenario import Scenario, default_domain_size, default_scenario
+from simulator.results import result_document
+from simulator.scenario import Result, Scenario, default_domain_size, default_scenario
 from simulator.scenario_files import load_scenario_file, scenario_from_megatron_args
-from simulator.validation import find_row, row_scenario
+from simulator.validation import find_row, row_comparison, row_scenario
 
 PLAN_FLAGS = {"gpus": "num_gpus", "tp": "tp", "pp": "pp", "vpp": "vpp", "ep": "ep",
               "etp": "etp", "cp": "cp", "mbs": "mbs", "gbs": "gbs", "seq": "seq_len"}
@@ -62,6 +64,16 @@ def add_scenario_flags(command: argparse.ArgumentParser, *, gpus: bool = True) -
                          help="cost parameters from `moesim calibrate`")
     command.add_argument("--auto-plan", action="store_true",
                          help="pick the smallest plan that fits (other plan flags still apply)")
+
+
+def run_document(args: argparse.Namespace, result: Result) -> dict[str, Any]:
+    """The run's result document; with --row, the row's measurement and this run's error
+    under `measured_row` (simulator.validation.row_comparison)."""
+    document = result_document(result)
+    if args.row:
+        document["measured_row"] = row_comparison(find_row(args.row), result.scenario,
+                                                  result.metrics.tokens_per_s_per_gpu)
+    return document
 
 
 def scenario_flags_given(args: argparse.Namespace) -> list[str]:

@@ -29,8 +29,8 @@ from reports.study_charts import (compare_figures, scale_figures, study_breakdow
 from reports.summary import run_title
 from reports.tables import format_table
 from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags, recipe_from_name,
-                                    scenario_flags_given, scenario_from_args)
-from simulator.results import pipeline_rows, result_document
+                                    run_document, scenario_flags_given, scenario_from_args)
+from simulator.results import pipeline_rows
 from simulator.scenario import Scenario, run_scenario
 from simulator.studies import compare_recipes, compare_systems, scale
 from simulator.sweep import run_sweep, sweep_report_rows, table_records
@@ -192,7 +192,7 @@ def _report(args: argparse.Namespace) -> int:
         title = f"moesim study {Path(args.study).resolve().name}"
     else:
         result = run_scenario(scenario_from_args(args))
-        document = result_document(result)
+        document = run_document(args, result)
         sections = run_sections(document, pipeline_rows(result))
         title = f"moesim: {run_title(document)}"
     paths = write_report(args.out, title, sections)

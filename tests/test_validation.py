@@ -233,3 +233,11 @@ def test_a_selection_that_runs_nothing_gets_one_line_error(capsys, selection, wo
     assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
     for word in words:
         assert word in lines[0]
+
+
+def test_a_report_of_a_row_carries_its_measurement(results, capsys, tmp_path):
+    row = results[0]
+    out = tmp_path / "report"
+    assert main(["report", "--row", f"{FIXTURE}:{row.name}", "--out", str(out)]) == 0
+    markdown = (out / "report.md").read_text()
+    assert f"measured ({row.name})" in markdown and f"{row.error_pct:+.1f} %" in markdown
