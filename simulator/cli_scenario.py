@@ -120,7 +120,7 @@ def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenar
         scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
     if (args.recipe or args.model or args.system or args.precision) and not (
             args.recipe and _is_file(args.recipe)):
-        scenario = _with_model_preset(scenario)
+        scenario = with_model_preset(scenario)
     if args.auto_plan:
         scenario = _auto_plan(scenario, args)
     if args.calibration:
@@ -152,7 +152,7 @@ def recipe_from_name(name: str) -> Recipe:
     return load_recipe_file(name) if _is_file(name) else recipe(name)
 
 
-def _with_model_preset(scenario: Scenario) -> Scenario:
+def with_model_preset(scenario: Scenario) -> Scenario:
     """A catalog release's recipe as its performance scripts set it for this model and GPU
     (workloads.model_presets); the changes are named on stderr."""
     release = scenario.recipe

@@ -17,10 +17,12 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Mapping
 
 from topologies.systems import load_system
+from workloads.recipes import Recipe, recipe_with
 
 from reports.files import check_output_folder
 from reports.html_report import run_sections, study_sections, write_report
@@ -29,7 +31,8 @@ from reports.study_charts import (compare_figures, scale_figures, study_breakdow
 from reports.summary import run_title
 from reports.tables import format_table
 from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags, recipe_from_name,
-                                    run_document, scenario_flags_given, scenario_from_args)
+                                    run_document, scenario_flags_given, scenario_from_args,
+                                    with_model_preset)
 from simulator.results import pipeline_rows
 from simulator.scenario import Scenario, run_scenario
 from simulator.studies import compare_recipes, compare_systems, scale
@@ -146,10 +149,19 @@ def _compare(args: argparse.Namespace) -> int:
         if args.recipe:
             raise ValueError(f"--recipe {args.recipe}: compare --recipes takes the recipes "
                              f"from --recipes")
-        recipes = [recipe_from_name(name) for name in _names(args.recipes, "recipes")]
+        recipes = [_model_recipe(base, recipe_from_name(name), args.precision)
+                   for name in _names(args.recipes, "recipes")]
         frame = compare_recipes(base, recipes, published=published, adjust=adjust)
         title = f"{base.model.name} on {base.plan.num_gpus} x {base.system.name}"
     return _study_output(args, "compare", frame, compare_figures(frame, title))
+
+
+def _model_recipe(base: Scenario, release: Recipe, precision: str | None) -> Recipe:
+    """`release` (in --precision, if given) as its performance scripts set it for the base's
+    model and GPU, as `run --recipe` puts it (workloads.model_presets)."""
+    if precision:
+        release = recipe_with(release, precision=precision)
+    return with_model_preset(replace(base, recipe=release)).recipe
 
 
 def _gpu_count(text: str) -> int:

@@ -241,3 +241,15 @@ def test_a_report_of_a_row_carries_its_measurement(results, capsys, tmp_path):
     assert main(["report", "--row", f"{FIXTURE}:{row.name}", "--out", str(out)]) == 0
     markdown = (out / "report.md").read_text()
     assert f"measured ({row.name})" in markdown and f"{row.error_pct:+.1f} %" in markdown
+
+
+def test_compare_recipes_puts_each_release_on_the_models_preset_as_run_does(capsys, tmp_path):
+    """Each point of `compare --recipes` is the release as `run --recipe` builds it for the
+    model and GPU (workloads.model_presets), not the release's DeepSeek-V3 recipe."""
+    name = "fixture-llama8b-h100-8-tokens"
+    assert main(["compare", "--row", f"{FIXTURE}:{name}", "--recipes",
+                 "mbridge-26.02,mbridge-25.11", "--json", "--out", str(tmp_path / "compare")]) == 0
+    points = {p["point"]: p["tokens_per_s_per_gpu"] for p in json.loads(capsys.readouterr().out)}
+    for release in ("mbridge-26.02", "mbridge-25.11"):
+        run = _run_row(capsys, name, "--recipe", release)
+        assert points[release] == pytest.approx(run["tokens_per_s_per_gpu"])
