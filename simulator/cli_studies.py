@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from topologies.systems import load_system
-from workloads.recipes import Recipe, recipe_with
+from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 
 from reports.files import check_output_folder
 from reports.html_report import run_sections, study_sections, write_report
@@ -143,7 +143,18 @@ def _compare(args: argparse.Namespace) -> int:
             raise ValueError(f"--system {args.system}: compare --systems takes the systems "
                              f"from --systems")
         systems = [load_system(name) for name in _names(args.systems, "systems")]
-        frame = compare_systems(base, systems, published=published, adjust=adjust)
+        rebuild = published and base.recipe.name in RECIPES
+
+        def on_gpu(scenario: Scenario) -> Scenario:
+            """A catalog release rebuilt for the model on this system's GPU (a base from a
+            scenario file, a row or --same-recipe keeps its recipe)."""
+            if not rebuild:
+                return scenario
+            release = recipe(scenario.recipe.name)
+            return replace(scenario, recipe=_model_recipe(scenario, release, args.precision))
+
+        frame = compare_systems(base, systems, published=published, adjust=adjust,
+                                on_gpu=on_gpu)
         title = f"{base.model.name} on {base.plan.num_gpus} GPUs"
     else:
         if args.recipe:

@@ -132,13 +132,14 @@ def _labels(names: Sequence[str], what: str) -> None:
 
 
 def compare_systems(base: Scenario, systems: Sequence[SystemSpec], *, published: bool = True,
-                    adjust: Adjust = _unchanged) -> pd.DataFrame:
-    """`base` on each system: with the system's published plan for the model and recipe
-    (unless `published` is False), then `adjust` (e.g. the user's explicit flags)."""
+                    adjust: Adjust = _unchanged, on_gpu: Adjust = _unchanged) -> pd.DataFrame:
+    """`base` on each system: `on_gpu` (e.g. the recipe's changes for the model on that GPU),
+    the system's published plan for the model and recipe (unless `published` is False), then
+    `adjust` (e.g. the user's explicit flags)."""
     _labels([s.name for s in systems], "systems")
     points = {}
     for system in systems:
-        scenario = on_system(base, system)
+        scenario = on_gpu(on_system(base, system))
         points[system.name] = adjust(published_scenario(scenario) if published else scenario)
     return compare(points)
 

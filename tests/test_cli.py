@@ -235,3 +235,20 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(
     assert len(lines) == 1 and lines[0].startswith("moesim: error: output")
     assert any(words in lines[0] for words in ("does not exist", "is a folder", "is a file",
                                                "is inside the file"))
+
+
+def test_compare_puts_the_release_on_the_models_preset_for_each_system(capsys, tmp_path):
+    """Each point of `compare --systems` is the release as `run --system` builds it for the
+    model on that GPU (workloads.model_presets), not the base GPU's preset."""
+    plan = ["--model", "qwen3-30b-a3b", "--gpus", "8", "--pp", "1", "--vpp", "1", "--ep", "8",
+            "--mbs", "1", "--gbs", "16", "--mtp", "0"]
+    assert main(["compare", *plan, "--systems", "gb200-nvl72,dgx-h100", "--same-recipe",
+                 "--json", "--out", str(tmp_path / "same")]) == 0
+    same = {p["point"]: p["tokens_per_s_per_gpu"] for p in json.loads(capsys.readouterr().out)}
+    assert main(["compare", *plan, "--systems", "gb200-nvl72,dgx-h100", "--json",
+                 "--out", str(tmp_path / "compare")]) == 0
+    points = {p["point"]: p["tokens_per_s_per_gpu"] for p in json.loads(capsys.readouterr().out)}
+    for system in ("gb200-nvl72", "dgx-h100"):
+        run = _run_json(capsys, *plan, "--system", system)
+        assert points[system] == pytest.approx(run["tokens_per_s_per_gpu"])
+    assert same["dgx-h100"] != pytest.approx(points["dgx-h100"])
