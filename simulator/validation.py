@@ -223,9 +223,10 @@ def find_row(spec: str) -> dict[str, Any]:
 
 def row_comparison(row: dict[str, Any], scenario: Scenario,
                    predicted_tokens_per_s_per_gpu: float) -> dict[str, Any]:
-    """A prediction for `scenario` set against `row`'s measurement: the row's name and
-    measurements, the predicted TFLOP/s counted with the row's `flops_formula`, and the signed
-    error (on tokens/s where measured, else on TFLOP/s; module docstring)."""
+    """A prediction for `scenario` set against `row`'s measurement: the row's name, source (if
+    the CSV has the column) and measurements, the predicted TFLOP/s counted with the row's
+    `flops_formula`, and the signed error (on tokens/s where measured, else on TFLOP/s; module
+    docstring)."""
     tokens, tflops = _measured(row)
     flops_per_token = reported_flops_per_token(scenario.model, scenario.plan.seq_len,
                                                row["flops_formula"], scenario.plan.tp)
@@ -235,7 +236,8 @@ def row_comparison(row: dict[str, Any], scenario: Scenario,
     else:
         assert tflops is not None
         error = 100 * (predicted_tflops / tflops - 1)
-    return {"name": row["name"], "measured_tokens_per_s_per_gpu": tokens,
+    return {"name": row["name"], "source": row.get("source") or None,
+            "measured_tokens_per_s_per_gpu": tokens,
             "measured_tflops_per_gpu": tflops, "flops_formula": row["flops_formula"],
             "predicted_tokens_per_s_per_gpu": predicted_tokens_per_s_per_gpu,
             "predicted_tflops_per_gpu": predicted_tflops, "error_pct": error}

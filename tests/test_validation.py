@@ -178,6 +178,7 @@ def test_run_from_a_row_predicts_what_validate_does(results, capsys, index):
     assert measured["predicted_tflops_per_gpu"] == pytest.approx(row.predicted_tflops_per_gpu)
     assert (measured["measured_tokens_per_s_per_gpu"], measured["measured_tflops_per_gpu"]) == (
         row.measured_tokens_per_s_per_gpu, row.measured_tflops_per_gpu)
+    assert measured["source"] == read_measurements(FIXTURE)[index]["source"]
 
 
 def test_a_what_if_on_a_row_is_set_against_the_rows_measurement(results, capsys):
