@@ -161,6 +161,15 @@ def test_an_unknown_dispatcher_is_a_failed_row_with_its_reason(tmp_path):
     assert "dispatcher='carrier-pigeon'" in first.reason and "hybridep" in first.reason
 
 
+def _one_line_error(capsys, argv: list[str]) -> str:
+    """The error line of a command that must fail with exit 2, one line and no output."""
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
+    return lines[0]
+
+
 def _run_row(capsys, name: str, *flags: str) -> dict:
     assert main(["run", "--row", f"{FIXTURE}:{name}", "--json", *flags]) == 0
     return json.loads(capsys.readouterr().out)
@@ -198,12 +207,9 @@ def test_a_what_if_on_a_row_is_set_against_the_rows_measurement(results, capsys)
     ("{fixture}:fixture-llama8b-x999-8", ["x999"]),
 ])
 def test_a_bad_row_gets_one_line_error(capsys, spec, words):
-    assert main(["run", "--row", spec.format(fixture=FIXTURE)]) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
+    line = _one_line_error(capsys, ["run", "--row", spec.format(fixture=FIXTURE)])
     for word in words:
-        assert word in lines[0]
+        assert word in line
 
 
 def test_a_row_and_a_scenario_file_together_are_refused(capsys, tmp_path):
@@ -228,12 +234,9 @@ def test_validate_only_runs_the_rows_that_match_each_selection(results, capsys):
     ("gpu=", ["COLUMN=VALUE"]),
 ])
 def test_a_selection_that_runs_nothing_gets_one_line_error(capsys, selection, words):
-    assert main(["validate", str(FIXTURE), "--only", selection]) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
+    line = _one_line_error(capsys, ["validate", str(FIXTURE), "--only", selection])
     for word in words:
-        assert word in lines[0]
+        assert word in line
 
 
 def test_a_report_of_a_row_carries_its_measurement(results, capsys, tmp_path):
