@@ -22,6 +22,11 @@ import yaml
 from topologies.hardware import ARCHITECTURES
 from workloads.recipes import DISPATCHERS
 
+# The key prefix of TE's fused grouped MLP in grouped_gemm_efficiency ("fused-<architecture>-
+# <precision>", else "fused-<precision>").
+FUSED = "fused"
+
+
 MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
                   "comm_efficiency", "collective_overhead_s")
 # The keys the cost model can read in each mapping field (simulator.costs, efficiency_key,
@@ -32,8 +37,9 @@ _ALGORITHM = "|".join(("nccl", *DISPATCHERS))
 KEY_GRAMMAR = {
     "gemm_efficiency": (rf"(?:(?:logits-)?(?:{_ARCHITECTURE})-)?(?:{_PRECISION})",
                         "[[logits-]ARCHITECTURE-]PRECISION"),
-    "grouped_gemm_efficiency": (rf"(?:(?:{_ARCHITECTURE}|fused)-)?(?:{_PRECISION})",
-                                "[ARCHITECTURE-|fused-]PRECISION"),
+    "grouped_gemm_efficiency": (rf"(?:(?:{_ARCHITECTURE}|{FUSED}(?:-(?:{_ARCHITECTURE}))?)-)?"
+                                rf"(?:{_PRECISION})",
+                                "[ARCHITECTURE-|fused-[ARCHITECTURE-]]PRECISION"),
     "attention_efficiency": (rf"(?:(?:{_ARCHITECTURE}|window)-)?(?:{_PRECISION})(?:-d\d+)?",
                              "[ARCHITECTURE-|window-]PRECISION[-dHEAD_DIM]"),
     "comm_efficiency": (rf"(?:{_ALGORITHM})-(?:nvlink|network)", "ALGORITHM-(nvlink|network)"),
@@ -66,6 +72,13 @@ class CostParams:
     # "fused-fp8": TE's fused MXFP8 grouped MLP (FC1 + SwiGLU + quantisation, FC2); a fused
     # MXFP8 grouped MLP on one GB200 ran 1.13x as fast as its six GEMMs alone
     # (marin-community/marin issue 7282, cudnn-frontend fused MoE kernels): 0.53 x 1.13.
+    # cuDNN's benchmark of the fused kernels themselves (NVIDIA/cudnn-frontend
+    # benchmark/cutedsl_fusion_kernels: cudnn-frontend 1.23, MXFP8 operands, 8 experts x 4,096
+    # tokens, K = 8,192, N = 4,096, CUDA-graph replay) brackets it: FC1 + SwiGLU (a GEMM
+    # 8,192 wide) 1.542 ms on GB200 and 1.323 ms on GB300, FC2's data gradient + dSwiGLU 0.805
+    # and 0.718 ms, 0.56 and 0.65 of the 5,000 TFLOP/s dense FP8 peak over the two: the same
+    # kernels run 1.15x as fast on Blackwell Ultra at the same peak, so a calibration may give
+    # each architecture its own rate, "fused-<architecture>-fp8"; "fused-fp8" serves the others.
     grouped_gemm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen(
         {"bf16": 0.65, "fp8": 0.53, "nvfp4": 0.50, "fused-fp8": 0.60}))
     # Fused attention fwd+bwd, its matmuls alone (the softmax's exponentials are timed on the
@@ -229,10 +242,13 @@ SCALAR_FIELDS = tuple(f.name for f in fields(CostParams)
 def efficiency_key(table: Mapping[str, float], prefix: str, precision_key: str,
                    head_dim: int = 0) -> str:
     """The key of `table` that a kernel uses, most specific first: "<prefix>-<precision>-d<head
-    dim>" (attention), "<prefix>-<precision>" (prefix: the GPU architecture, "fused" for the
-    fused grouped MLP, "window" for sliding-window attention), "<precision>", "bf16"."""
+    dim>" (attention), "<prefix>-<precision>" (prefix: the GPU architecture, "fused-<GPU
+    architecture>" for the fused grouped MLP, "window" for sliding-window attention), for the
+    fused grouped MLP "fused-<precision>" (one rate for every architecture), "<precision>",
+    "bf16"."""
     key = f"{prefix}-{precision_key}"
-    for candidate in (f"{key}-d{head_dim}", key, precision_key):
+    shared = (f"{FUSED}-{precision_key}",) if prefix.startswith(f"{FUSED}-") else ()
+    for candidate in (f"{key}-d{head_dim}", key, *shared, precision_key):
         if candidate in table:
             return candidate
     return "bf16"

@@ -51,7 +51,7 @@ from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, calibration_values, load_calibration,
                                    params_value, params_with, read_calibration_file)
-from simulator.fitting import (DEFAULT_FIT, LOSSES, FitParameter, FitResult, Loss,
+from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
                                calibration_document, fit)
 from simulator.ladders import ladders
 from simulator.validation import RowResult, read_measurements, summarize, validate_rows
@@ -208,7 +208,7 @@ def _fit_parameters(selection: str | None, option: str = "--parameters"
                     ) -> tuple[FitParameter, ...]:
     if not selection:
         return DEFAULT_FIT
-    known = {p.key: p for p in DEFAULT_FIT}
+    known = {p.key: p for p in (*DEFAULT_FIT, *OPTIONAL_FIT)}
     keys = [key.strip() for key in selection.split(",") if key.strip()]
     unknown = [key for key in keys if key not in known]
     if unknown or not keys:

@@ -20,14 +20,10 @@ from __future__ import annotations
 from topologies.hardware import GPUSpec
 from workloads.graph import KernelClass, Work
 
-from simulator.calibration import CostParams, efficiency_key
+from simulator.calibration import FUSED, CostParams, efficiency_key
 
 PEAK_KEY = {"bf16": "bf16", "fp8-cs": "fp8", "fp8-blockwise": "fp8", "mxfp8": "fp8",
             "nvfp4": "nvfp4", "fp8": "fp8"}
-
-
-# Kernel classes whose efficiencies are keyed by kind instead of by GPU architecture.
-KEY_PREFIX = {KernelClass.FUSED_GROUPED_MLP: "fused", KernelClass.WINDOW_ATTENTION: "window"}
 
 
 def peak_key(precision: str) -> str:
@@ -53,8 +49,18 @@ def _efficiency(work: Work, gpu: GPUSpec, params: CostParams) -> float:
         logits_key = f"logits-{gpu.architecture}-{precision}"
         if logits_key in table:
             return table[logits_key]
-    prefix = KEY_PREFIX.get(work.kernel_class, gpu.architecture)
-    return table[efficiency_key(table, prefix, precision, work.head_dim)]
+    return table[efficiency_key(table, _key_prefix(work.kernel_class, gpu), precision,
+                                work.head_dim)]
+
+
+def _key_prefix(kernel_class: KernelClass, gpu: GPUSpec) -> str:
+    """Efficiencies are keyed by GPU architecture; the fused grouped MLP's by "fused-" and
+    the architecture, sliding-window attention's by kind alone."""
+    if kernel_class == KernelClass.FUSED_GROUPED_MLP:
+        return f"{FUSED}-{gpu.architecture}"
+    if kernel_class == KernelClass.WINDOW_ATTENTION:
+        return "window"
+    return gpu.architecture
 
 
 def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simulator.calibration import DEFAULT_PARAMS, load_calibration, params_value, params_with
-from simulator.fitting import FitParameter, Loss, fit
+from simulator.fitting import DEFAULT_FIT, FitParameter, Loss, fit
 from simulator.validation import read_measurements, validate_rows
 
 FIXTURE = Path(__file__).parent / "data" / "validate_three.csv"
@@ -403,3 +403,19 @@ def test_a_fit_with_nothing_to_fit_gets_one_line_error_and_no_file(
     error = capsys.readouterr().err
     assert words in error and len(error.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_fused_mlp_rate_per_architecture_is_fitted_on_request(tmp_path):
+    """The fused MLP's rate per architecture is outside the default set (the shipped rows do
+    not support a difference); named, it is fitted and written with its meaning."""
+    from simulator.cli import main
+    import yaml
+
+    rows_csv = tmp_path / "rows.csv"
+    rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:2]) + "\n")
+    own = "grouped_gemm_efficiency.fused-blackwell-ultra-fp8"
+    assert own not in {p.key for p in DEFAULT_FIT}
+    assert main(["calibrate", str(rows_csv), "-o", str(tmp_path / "c.yaml"),
+                 "--max-evaluations", "1", "--parameters", own]) == 0
+    written = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert written["parameters"][own]["meaning"].endswith("on Blackwell Ultra")

@@ -14,6 +14,7 @@ from simulator.memory import buffer_bytes
 from simulator.scenario import default_scenario, run_scenario
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
+from topologies.systems import load_system
 from workloads.blocks import (attention_blocks, expert_streaming_bytes, head_blocks,
                               moe_blocks)
 from workloads.graph import KernelClass, Work
@@ -193,8 +194,10 @@ def test_fused_grouped_mlp_changes_nothing_outside_mxfp8():
 def test_fused_grouped_mlp_runs_at_its_own_efficiency():
     gpu = gpu_spec("gb300")
     work = moe_blocks(DSV3, PLAN, recipe("mbridge-26.06"))["experts"].forward
-    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0)
-    grouped = dict(params.grouped_gemm_efficiency)
+    grouped = {key: value for key, value in DEFAULT_PARAMS.grouped_gemm_efficiency.items()
+               if not key.startswith("fused-")} | {"fused-fp8": 0.46}
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0,
+                     grouped_gemm_efficiency=grouped)
     slow = replace(params, grouped_gemm_efficiency={**grouped, "fused-fp8": 0.25})
     fast = replace(params, grouped_gemm_efficiency={**grouped, "fused-fp8": 0.5})
     other = replace(params, grouped_gemm_efficiency={**grouped, "fp8": 0.1})
@@ -207,6 +210,27 @@ def test_fused_grouped_mlp_runs_at_its_own_efficiency():
                    params)
     assert not touches("grouped_gemm_efficiency.fused-fp8",
                        _scenario(recipe("mbridge-26.02")), params)
+
+
+def test_an_architecture_s_fused_mlp_rate_overrides_the_shared_one_on_that_architecture():
+    work = moe_blocks(DSV3, PLAN, recipe("mbridge-26.06"))["experts"].forward
+    grouped = {"fp8": 0.44, "fused-fp8": 0.46}
+    shared = replace(DEFAULT_PARAMS, grouped_gemm_efficiency=grouped)
+    own = replace(DEFAULT_PARAMS, grouped_gemm_efficiency={
+        **grouped, "fused-blackwell-ultra-fp8": 0.6})
+    gb300, gb200 = gpu_spec("gb300"), gpu_spec("gb200")
+    assert compute_time_s(work, gb300, own) < compute_time_s(work, gb300, shared)
+    assert compute_time_s(work, gb200, own) == compute_time_s(work, gb200, shared)
+    assert params_value(own, "grouped_gemm_efficiency.fused-blackwell-ultra-fp8") == 0.6
+    assert params_value(own, "grouped_gemm_efficiency.fused-blackwell-fp8") == 0.46
+    on_gb300 = _scenario(recipe("mbridge-26.06"))
+    on_gb200 = replace(on_gb300, system=load_system("gb200-nvl72"))
+    assert touches("grouped_gemm_efficiency.fused-blackwell-ultra-fp8", on_gb300, own)
+    assert not touches("grouped_gemm_efficiency.fused-blackwell-ultra-fp8", on_gb200, own)
+    assert not touches("grouped_gemm_efficiency.fused-fp8", on_gb300, own)
+    assert touches("grouped_gemm_efficiency.fused-fp8", on_gb200, own)
+    with pytest.raises(ValueError, match="fused-volta-fp8: not a key the cost model reads"):
+        replace(DEFAULT_PARAMS, grouped_gemm_efficiency={"fused-volta-fp8": 0.5})
 
 
 def _scenario(recipe_):
