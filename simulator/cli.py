@@ -54,6 +54,7 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
                                calibration_document, fit)
 from simulator.ladders import ladders
+from simulator.overrides import calibration_settings
 from simulator.validation import RowResult, read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
@@ -164,6 +165,10 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
     validate.add_argument("--only", action="append", default=[], metavar="COLUMN=VALUE[,VALUE]",
                           help="run only the rows with one of these values in COLUMN (e.g. "
                                "model=qwen3-30b-a3b); repeated, a row must match each")
+    validate.add_argument("--set", action="append", default=[], dest="settings",
+                          metavar="calibration.FIELD[.KEY]=VALUE",
+                          help="a cost parameter for every row, on top of --calibration (e.g. "
+                               "calibration.memory_efficiency=0.7); repeatable")
 
 
 def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
@@ -351,7 +356,9 @@ def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
     _check_outputs(args.plot)
-    params = load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS
+    params = calibration_settings(
+        load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS,
+        args.settings)
     results = validate_rows(_only(read_measurements(args.csv), args.only), params,
                             jobs=args.jobs, progress=not args.json)
     rows = [asdict(r) for r in results]

@@ -39,7 +39,7 @@ from topologies.systems import (SystemSpec, system_gpu, system_nic, system_nvlin
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import Recipe, parse_recipe_value, recipe_with
 
-from simulator.calibration import params_with
+from simulator.calibration import CostParams, params_with
 from simulator.scenario import WHAT_IF_FIELDS, Scenario, parse_what_if
 
 Setter = Callable[[Scenario, str, str], Scenario]
@@ -317,6 +317,19 @@ def apply_settings(scenario: Scenario, settings: Iterable[str]) -> Scenario:
     for setter, key, text in others:
         scenario = setter(scenario, key, text)
     return scenario
+
+
+def calibration_settings(params: CostParams, settings: Iterable[str]) -> CostParams:
+    """`params` with every `calibration.FIELD[.KEY]=value` applied in order (`validate --set`,
+    which keeps each row's own plan, recipe and system); a one-line error for any other key."""
+    for key, text in map(_split, settings):
+        section, _, field = key.partition(".")
+        if section != "calibration" or not field:
+            raise ValueError(f"--set {key}: validate takes calibration.FIELD[.KEY] only (each "
+                             f"row keeps its own plan, recipe and system; `moesim run --row` "
+                             f"takes the others)")
+        params = params_with(params, field, _number(key, text, float))
+    return params
 
 
 def apply_setting(scenario: Scenario, setting: str) -> Scenario:

@@ -228,6 +228,34 @@ def test_validate_only_runs_the_rows_that_match_each_selection(results, capsys):
     assert document["summary"]["n"] == 1
 
 
+def test_validate_set_gives_every_row_the_what_if_that_run_row_gives_one(results, capsys):
+    """`validate --set calibration.KEY=VALUE` changes each row's prediction as `run --row
+    NAME --set` does, and leaves the rows the parameter does not touch alone."""
+    setting = "calibration.gemm_efficiency.hopper-bf16=0.3"
+    assert main(["validate", str(FIXTURE), "--json", "--only", "gpu=h100", "--set", setting,
+                 "--set", "calibration.memory_efficiency=0.7"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [row["name"] for row in rows] == [r.name for r in results[:2]]
+    for row in rows:
+        one = _run_row(capsys, row["name"], "--set", setting,
+                       "--set", "calibration.memory_efficiency=0.7")
+        assert one["measured_row"]["error_pct"] == pytest.approx(row["error_pct"])
+        before = next(r for r in results if r.name == row["name"])
+        assert row["error_pct"] < before.error_pct
+
+
+@pytest.mark.parametrize("setting, words", [
+    ("a2a_overlap=false", ["--set a2a_overlap", "calibration.FIELD[.KEY] only", "run --row"]),
+    ("calibration.memory_efficiency=fast", ["calibration.memory_efficiency='fast'", "number"]),
+    ("calibration.gemm_efficiency.hoper-bf16=0.5", ["hoper-bf16", "not a key"]),
+    ("calibration.memory_efficiency", ["expected key=value"]),
+])
+def test_a_bad_validate_setting_gets_one_line_error(capsys, setting, words):
+    line = _one_line_error(capsys, ["validate", str(FIXTURE), "--set", setting])
+    for word in words:
+        assert word in line
+
+
 @pytest.mark.parametrize("selection, words", [
     ("gpu=b200", ["--only 'gpu=b200'", "none of the 3 rows"]),
     ("colour=red", ["--only 'colour=red'", "COLUMN=VALUE", "gpu"]),
