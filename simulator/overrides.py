@@ -200,10 +200,13 @@ HARDWARE_KEYS: dict[str, Setter] = {
 
 # --- the other sections -------------------------------------------------------------------------
 
+def _calibration_value(params: CostParams, key: str, text: str) -> CostParams:
+    """`params` with `calibration.FIELD[.KEY]` = `text` (a number)."""
+    return params_with(params, key.partition(".")[2], _number(key, text, float))
+
+
 def _set_calibration(scenario: Scenario, key: str, text: str) -> Scenario:
-    field = key.partition(".")[2]
-    return replace(scenario, params=params_with(scenario.params, field,
-                                                _number(key, text, float)))
+    return replace(scenario, params=_calibration_value(scenario.params, key, text))
 
 
 def _set_system(scenario: Scenario, key: str, text: str) -> Scenario:
@@ -328,7 +331,7 @@ def calibration_settings(params: CostParams, settings: Iterable[str]) -> CostPar
             raise ValueError(f"--set {key}: validate takes calibration.FIELD[.KEY] only (each "
                              f"row keeps its own plan, recipe and system; `moesim run --row` "
                              f"takes the others)")
-        params = params_with(params, field, _number(key, text, float))
+        params = _calibration_value(params, key, text)
     return params
 
 
