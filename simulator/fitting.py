@@ -193,6 +193,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         return not recipe.host_numa_bound
     if name == "grace_host_slowdown":
         return gpu.host_cpu == "grace"
+    if name == "te_host_cleanup_speedup":
+        return recipe.te_host_cleanup
     if name == "schedule_node_host_s":
         return host_runs_schedule_nodes(recipe) and scenario.model.is_moe
     if name == "unfused_permute_slowdown":

@@ -203,7 +203,8 @@ def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
     topology = scenario_topology(scenario)
     graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_), folded=folded,
                        asymmetric=asymmetric_ranks(scenario))
-    params = host_params(scenario.params, recipe_.host_numa_bound, gpu.host_cpu)
+    params = host_params(scenario.params, recipe_.host_numa_bound, gpu.host_cpu,
+                         te_host_cleanup=recipe_.te_host_cleanup)
     pace = slowest_gpu_slowdown(plan.num_gpus, params.gpu_speed_cv)
     straggler = compute_slowdown(scenario)
     trace = simulate(graph, topology, params, nvls=recipe_.nccl_nvls,

@@ -124,6 +124,27 @@ def test_a_grace_host_launches_slower_than_an_x86_host():
         replace(gpu_spec("b200"), host_cpu="arm")
 
 
+def test_te_s_host_clean_up_speeds_its_launches_and_the_host_bound_step(make_scenario):
+    """Ladder step 11 cleans up TE's host code: each eager launch costs less CPU time (not
+    Megatron's schedule nodes), so a step whose host is exposed runs faster."""
+    clean = host_params(DEFAULT_PARAMS, numa_bound=True, te_host_cleanup=True)
+    assert clean.host_launch_s == pytest.approx(
+        DEFAULT_PARAMS.host_launch_s / DEFAULT_PARAMS.te_host_cleanup_speedup)
+    assert clean.host_launch_s < DEFAULT_PARAMS.host_launch_s
+    assert clean.schedule_node_host_s == DEFAULT_PARAMS.schedule_node_host_s
+    assert not guide_step_recipe(10).te_host_cleanup and guide_step_recipe(11).te_host_cleanup
+    eager = recipe_with(recipe("mbridge-26.06"), cuda_graphs="none")
+    scenarios = [make_scenario(recipe_=recipe_with(eager, te_host_cleanup=on))
+                 for on in (False, True)]
+    before, after = (run_scenario(s).metrics for s in scenarios)
+    assert after.breakdown_s["launch"] < before.breakdown_s["launch"]
+    assert after.step_time_s < before.step_time_s
+    assert touches("te_host_cleanup_speedup", scenarios[1], DEFAULT_PARAMS)
+    assert not touches("te_host_cleanup_speedup", scenarios[0], DEFAULT_PARAMS)
+    with pytest.raises(ValueError, match="te_host_cleanup_speedup=0.5: must be >= 1"):
+        replace(DEFAULT_PARAMS, te_host_cleanup_speedup=0.5)
+
+
 def test_guide_steps_are_cumulative_and_bounded():
     assert not guide_step_recipe(0).router_fusion
     assert guide_step_recipe(2).router_fusion and guide_step_recipe(12).router_fusion

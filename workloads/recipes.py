@@ -68,6 +68,10 @@ class Recipe:
         host sync, ahead of the routed experts (MoELayer.experts_compute).
     host_numa_bound: each rank's CPU and memory bound to its GPU's NUMA node (bindpcie,
         guide §2.4); unbound, every launch takes CostParams.unbound_host_slowdown longer.
+    te_host_cleanup: TE's host code with the guide's later clean-up of checks, PyTorch API and
+        CUDA calls (guide §2.4, §3 table step 11): each eager launch's host time is divided by
+        CostParams.te_host_cleanup_speedup. The calibrated host_launch_s is the releases'
+        stack as it is, so only the guide's ladder turns this on.
     fused_grouped_mlp: TE's operation fuser runs the routed experts as one fused grouped MLP
         (CuTeDSL kernels: FC1 + SwiGLU + MXFP8 quantisation, then FC2; Megatron
         --use-transformer-engine-op-fuser with NVTE_CUTEDSL_FUSED_GROUPED_MLP=1). TE selects it
@@ -109,6 +113,7 @@ class Recipe:
     norm_quant_fusion: bool = False
     graph_shared_expert: bool = True
     host_numa_bound: bool = True
+    te_host_cleanup: bool = False
     fused_grouped_mlp: bool = False
     fused_mlp_dbias_slowdown: float = 1.0
     deepep_nvlink_efficiency: float | None = None
@@ -375,8 +380,7 @@ RECIPES: dict[str, Recipe] = {r.name: r for r in _RELEASES}
 # The GB200 guide's optimisation ladder (guide §3 table): the kernel-level features each step
 # turns on, cumulatively. Steps 03, 04, 05 and 10 change the dispatcher, recompute and graphs,
 # which measurement rows carry as columns; step 06 tunes DeepEP, whose kernels then reach the
-# calibrated deepep-nvlink efficiency; step 11 (TE host-code clean-up) names no mechanism
-# moesim models, so it changes nothing here.
+# calibrated deepep-nvlink efficiency; step 11 cleans up TE's host code.
 GB200_GUIDE = "mbridge-gb200-guide-2025-11"
 GB200_GUIDE_STEPS: dict[int, dict[str, Any]] = {
     1: {"permute_fusion": True, "quant_alloc_fusion": True},
@@ -385,6 +389,7 @@ GB200_GUIDE_STEPS: dict[int, dict[str, Any]] = {
     7: {"host_numa_bound": True},
     8: {"pdl": True, "swizzle_fusion": True},
     9: {"graph_shared_expert": True},
+    11: {"te_host_cleanup": True},
     12: {"norm_quant_fusion": True},
 }
 
