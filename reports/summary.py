@@ -75,12 +75,13 @@ def _measured_row_lines(row: Mapping[str, Any] | None) -> list[str]:
     """The measured row the run started from (`run --row`) and this run's signed error."""
     if row is None:
         return []
-    label = f"  {'measured (' + row['name'] + ')':<40}"
+    label, name = f"  {'measured':<40}", row["name"]
     if row["measured_tokens_per_s_per_gpu"] is not None:
         return [f"{label}{row['measured_tokens_per_s_per_gpu']:9,.0f}   tokens/s/GPU "
-                f"(this run {row['error_pct']:+.1f} %)"]
+                f"(row {name}; this run {row['error_pct']:+.1f} %)"]
     return [f"{label}{row['measured_tflops_per_gpu']:9,.0f}   TFLOP/s/GPU, {row['flops_formula']} "
-            f"(this run {row['predicted_tflops_per_gpu']:,.0f}, {row['error_pct']:+.1f} %)"]
+            f"(row {name}; this run {row['predicted_tflops_per_gpu']:,.0f}, "
+            f"{row['error_pct']:+.1f} %)"]
 
 
 def format_summary(result: Mapping[str, Any]) -> str:

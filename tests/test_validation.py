@@ -197,7 +197,9 @@ def test_a_what_if_on_a_row_is_set_against_the_rows_measurement(results, capsys)
     assert slower["measured_row"]["error_pct"] == pytest.approx(
         100 * (slower["tokens_per_s_per_gpu"] / 10000 - 1))
     assert main(["run", "--row", f"{FIXTURE}:{row.name}"]) == 0
-    assert f"measured ({row.name})" in capsys.readouterr().out
+    measured = next(line for line in capsys.readouterr().out.splitlines()
+                    if line.lstrip().startswith("measured"))
+    assert f"(row {row.name}; this run" in measured
 
 
 @pytest.mark.parametrize("spec, words", [
@@ -272,7 +274,7 @@ def test_a_report_of_a_row_carries_its_measurement(results, capsys, tmp_path):
     out = tmp_path / "report"
     assert main(["report", "--row", f"{FIXTURE}:{row.name}", "--out", str(out)]) == 0
     markdown = (out / "report.md").read_text()
-    assert f"measured ({row.name})" in markdown and f"{row.error_pct:+.1f} %" in markdown
+    assert f"(row {row.name}; this run" in markdown and f"{row.error_pct:+.1f} %" in markdown
 
 
 def test_compare_recipes_puts_each_release_on_the_models_preset_as_run_does(capsys, tmp_path):
