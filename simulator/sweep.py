@@ -23,6 +23,7 @@ import io
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -193,18 +194,17 @@ def _client(address: str) -> Any:
         raise ValueError(f"scheduler {address!r}: {_one_line(error)}") from None
 
 
-def _run_dask(base: Scenario, points: list[SweepPoint], folder: str, address: str,
+def _run_dask(base: Scenario, points: list[SweepPoint], folder: str, client: Any,
               record: Record) -> None:
     from distributed import as_completed as dask_completed
 
-    with _client(address) as client:
-        futures = {client.submit(evaluate_point, base, point, folder, pure=False): point
-                   for point in points}
-        try:
-            for future in dask_completed(futures, loop=client.loop):
-                record(futures[future], _outcome(future))
-        finally:
-            client.cancel(list(futures))
+    futures = {client.submit(evaluate_point, base, point, folder, pure=False): point
+               for point in points}
+    try:
+        for future in dask_completed(futures, loop=client.loop):
+            record(futures[future], _outcome(future))
+    finally:
+        client.cancel(list(futures))
 
 
 def run_sweep(spec: SweepSpec, *, out_dir: str | Path | None = None, jobs: int | None = None,
@@ -215,22 +215,24 @@ def run_sweep(spec: SweepSpec, *, out_dir: str | Path | None = None, jobs: int |
         raise ValueError(f"jobs={jobs}: must be >= 1")
     base = base_scenario(spec)
     folder = Path(out_dir) if out_dir is not None else None
-    if folder is not None:
-        folder.mkdir(parents=True, exist_ok=True)
-    rows = finished_rows(folder, spec) if folder is not None else {}
-    todo = [point for point in spec.points if point.point_id not in rows]
-    with tqdm(total=len(spec.points), initial=len(spec.points) - len(todo), unit="point",
-              disable=not progress, desc=spec.name) as bar:
-        def record(point: SweepPoint, outcome: Outcome) -> None:
-            rows[point.point_id] = _text_row(point, outcome)
-            if folder is not None:
-                write_text(folder / CSV_NAME, sweep_csv(spec, rows))
-            bar.update()
+    # The scheduler is reached before anything is written or drawn: a bad address is one line.
+    with _client(scheduler) if scheduler else nullcontext() as client:
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+        rows = finished_rows(folder, spec) if folder is not None else {}
+        todo = [point for point in spec.points if point.point_id not in rows]
+        with tqdm(total=len(spec.points), initial=len(spec.points) - len(todo), unit="point",
+                  disable=not progress, desc=spec.name) as bar:
+            def record(point: SweepPoint, outcome: Outcome) -> None:
+                rows[point.point_id] = _text_row(point, outcome)
+                if folder is not None:
+                    write_text(folder / CSV_NAME, sweep_csv(spec, rows))
+                bar.update()
 
-        if scheduler:
-            _run_dask(base, todo, spec.folder, scheduler, record)
-        else:
-            _run_local(base, todo, spec.folder, jobs, record)
+            if client is not None:
+                _run_dask(base, todo, spec.folder, client, record)
+            else:
+                _run_local(base, todo, spec.folder, jobs, record)
     text = sweep_csv(spec, rows)
     frame = table(text)
     if folder is not None:

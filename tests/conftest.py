@@ -15,6 +15,7 @@ import networkx as nx
 import pytest
 
 from simulator.calibration import CostParams
+from simulator.cli import main
 from simulator.scenario import Result, Scenario, run_scenario
 from topologies.hardware import GPUSpec
 from topologies.systems import load_system
@@ -156,4 +157,20 @@ def run_small(make_scenario) -> Callable[..., Result]:
         if key not in cache:
             cache[key] = run_scenario(make_scenario(**options), folded=folded)
         return cache[key]
+    return run
+
+
+@pytest.fixture
+def one_line_error(capsys) -> Callable[[list[str]], str]:
+    """Run `moesim ARGV`, which must fail with exit 2, print nothing on stdout and one
+    "moesim: error:" line on stderr, no traceback; return that line."""
+
+    def run(argv: list[str]) -> str:
+        assert main(argv) == 2
+        captured = capsys.readouterr()
+        lines = captured.err.strip().splitlines()
+        assert captured.out == "" and "Traceback" not in captured.err
+        assert len(lines) == 1 and lines[0].startswith("moesim: error:")
+        return lines[0]
+
     return run

@@ -213,15 +213,11 @@ def test_failed_png_write_leaves_no_file(tmp_path, monkeypatch):
     (["show", "system", "dgx-h100", "--gpus", "0"], ["num_gpus", "0"]),
     (["show", "system", "dgx-h100", "--png", "missing/x.png"], ["missing", "does not exist"]),
 ], ids=["list-table", "show-subject", "system-name", "domain-size", "gpus", "png-folder"])
-def test_bad_input_gets_one_line_error_and_no_file(capsys, tmp_path, monkeypatch, args, words):
+def test_bad_input_gets_one_line_error_and_no_file(one_line_error, tmp_path, monkeypatch, args,
+                                                   words):
     monkeypatch.chdir(tmp_path)
-    assert main(args) == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("moesim: error:")
-    for word in words:
-        assert word in lines[0]
+    line = one_line_error(args)
+    assert all(word in line for word in words)
     assert list(Path(tmp_path).rglob("*.png")) == []
 
 

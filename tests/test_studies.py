@@ -183,9 +183,7 @@ def test_scale_command_prints_efficiency(tmp_path, capsys):
     (["scale", "--gpus", "32,abc"], "--gpus 'abc'"),
     (["scale", "--gpus", ","], "--gpus"),
 ])
-def test_bad_study_input_is_one_line_and_writes_nothing(tmp_path, capsys, argv, message):
+def test_bad_study_input_is_one_line_and_writes_nothing(tmp_path, one_line_error, argv, message):
     out = tmp_path / "out"
-    assert main([*argv, "--out", str(out)]) == 2
-    error = capsys.readouterr().err
-    assert error.startswith("moesim: error:") and message in error and error.count("\n") == 1
+    assert message in one_line_error([*argv, "--out", str(out)])
     assert not out.exists()

@@ -320,10 +320,13 @@ def test_the_command_prints_the_table_and_counts_failures(tmp_path, capsys):
     (["sweep", str(NIC_SPEED), "--jobs", "0"], ["jobs=0", ">= 1"]),
     (["sweep", str(NIC_SPEED), "--scheduler", "nowhere"], ["scheduler", "nowhere", "port"]),
 ])
-def test_bad_input_gets_one_line_and_exit_2(capsys, args, words):
-    assert main(args) == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("moesim: error:") and all(word in err for word in words), err
+def test_bad_input_gets_one_line_and_exit_2(one_line_error, tmp_path, args, words):
+    """Nothing is drawn or written first: a bad scheduler fails before the progress bar and
+    the --out folder."""
+    out = tmp_path / "out"
+    line = one_line_error([*args, "--out", str(out)])
+    assert all(word in line for word in words), line
+    assert not out.exists()
 
 
 def test_an_out_folder_holding_another_table_is_refused(tmp_path):

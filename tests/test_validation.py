@@ -161,15 +161,6 @@ def test_an_unknown_dispatcher_is_a_failed_row_with_its_reason(tmp_path):
     assert "dispatcher='carrier-pigeon'" in first.reason and "hybridep" in first.reason
 
 
-def _one_line_error(capsys, argv: list[str]) -> str:
-    """The error line of a command that must fail with exit 2, one line and no output."""
-    assert main(argv) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.strip().splitlines()
-    assert captured.out == "" and len(lines) == 1 and lines[0].startswith("moesim: error:")
-    return lines[0]
-
-
 def _run_row(capsys, name: str, *flags: str) -> dict:
     assert main(["run", "--row", f"{FIXTURE}:{name}", "--json", *flags]) == 0
     return json.loads(capsys.readouterr().out)
@@ -208,8 +199,8 @@ def test_a_what_if_on_a_row_is_set_against_the_rows_measurement(results, capsys)
     ("missing.csv:fixture-llama8b-h100-8-tokens", ["missing.csv", "cannot read"]),
     ("{fixture}:fixture-llama8b-x999-8", ["x999"]),
 ])
-def test_a_bad_row_gets_one_line_error(capsys, spec, words):
-    line = _one_line_error(capsys, ["run", "--row", spec.format(fixture=FIXTURE)])
+def test_a_bad_row_gets_one_line_error(one_line_error, spec, words):
+    line = one_line_error(["run", "--row", spec.format(fixture=FIXTURE)])
     for word in words:
         assert word in line
 
@@ -252,8 +243,8 @@ def test_validate_set_gives_every_row_the_what_if_that_run_row_gives_one(results
     ("calibration.gemm_efficiency.hoper-bf16=0.5", ["hoper-bf16", "not a key"]),
     ("calibration.memory_efficiency", ["expected key=value"]),
 ])
-def test_a_bad_validate_setting_gets_one_line_error(capsys, setting, words):
-    line = _one_line_error(capsys, ["validate", str(FIXTURE), "--set", setting])
+def test_a_bad_validate_setting_gets_one_line_error(one_line_error, setting, words):
+    line = one_line_error(["validate", str(FIXTURE), "--set", setting])
     for word in words:
         assert word in line
 
@@ -263,8 +254,8 @@ def test_a_bad_validate_setting_gets_one_line_error(capsys, setting, words):
     ("colour=red", ["--only 'colour=red'", "COLUMN=VALUE", "gpu"]),
     ("gpu=", ["COLUMN=VALUE"]),
 ])
-def test_a_selection_that_runs_nothing_gets_one_line_error(capsys, selection, words):
-    line = _one_line_error(capsys, ["validate", str(FIXTURE), "--only", selection])
+def test_a_selection_that_runs_nothing_gets_one_line_error(one_line_error, selection, words):
+    line = one_line_error(["validate", str(FIXTURE), "--only", selection])
     for word in words:
         assert word in line
 
