@@ -84,13 +84,9 @@ def test_the_soft_l1_loss_is_quadratic_below_its_scale_and_linear_above():
 
 
 @pytest.mark.parametrize("scale", ["0", "-0.1", "nan"])
-def test_a_bad_loss_scale_gets_one_line_error(tmp_path, capsys, scale):
-    from simulator.cli import main
-
-    assert main(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"),
-                 "--loss-scale", scale]) == 2
-    error = capsys.readouterr().err.strip()
-    assert "loss scale" in error and len(error.splitlines()) == 1
+def test_a_bad_loss_scale_gets_one_line_error(tmp_path, one_line_error, scale):
+    assert "loss scale" in one_line_error(["calibrate", str(FIXTURE), "-o",
+                                           str(tmp_path / "c.yaml"), "--loss-scale", scale])
     assert not (tmp_path / "c.yaml").exists()
 
 
@@ -177,14 +173,11 @@ def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
      ["gemm_efficiency.blackwel-fp8", "not a key the cost model reads", "blackwell-ultra"]),
     (": : :\n", ["cannot read"]),
 ])
-def test_bad_calibration_file_gets_one_line_error(tmp_path, capsys, text, words):
-    from simulator.cli import main
-
+def test_bad_calibration_file_gets_one_line_error(tmp_path, one_line_error, text, words):
     path = tmp_path / "bad.yaml"
     path.write_text(text)
-    assert main(["run", "--calibration", str(path)]) == 2
-    err = capsys.readouterr().err.strip()
-    assert len(err.splitlines()) == 1 and all(w in err for w in words)
+    line = one_line_error(["run", "--calibration", str(path)])
+    assert all(w in line for w in words)
 
 
 def test_a_held_out_row_is_left_out_of_the_fit_and_predicted(tmp_path, capsys):
@@ -205,13 +198,9 @@ def test_a_held_out_row_is_left_out_of_the_fit_and_predicted(tmp_path, capsys):
 @pytest.mark.parametrize("selection, words", [
     ("gpu", "COLUMN=VALUE"), ("colour=red", "column of the CSV"),
     ("gpu=h100,x999", "some rows in and some out"), ("gpu=a100", "matches 0 of 3")])
-def test_a_bad_hold_out_gets_one_line_error(tmp_path, capsys, selection, words):
-    from simulator.cli import main
-
-    assert main(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"),
-                 "--hold-out", selection]) == 2
-    error = capsys.readouterr().err
-    assert words in error and len(error.strip().splitlines()) == 1
+def test_a_bad_hold_out_gets_one_line_error(tmp_path, one_line_error, selection, words):
+    assert words in one_line_error(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"),
+                                    "--hold-out", selection])
 
 
 def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, capsys):
@@ -297,12 +286,10 @@ def test_first_principles_keys_start_there_and_are_held_there_unless_fitted(tmp_
 @pytest.mark.parametrize("extra, words", [
     (["--first-principles", "speed_of_light"], "--first-principles 'speed_of_light': known"),
     (["--rerun", "x.yaml", "--first-principles", "host_launch_s"], "leave out --start")])
-def test_a_bad_first_principles_option_gets_one_line_error(tmp_path, capsys, extra, words):
-    from simulator.cli import main
-
-    assert main(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"), *extra]) == 2
-    error = capsys.readouterr().err
-    assert words in error and len(error.strip().splitlines()) == 1
+def test_a_bad_first_principles_option_gets_one_line_error(tmp_path, one_line_error, extra,
+                                                           words):
+    assert words in one_line_error(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"),
+                                    *extra])
 
 
 def test_calibrate_reports_every_evaluation_as_it_goes(tmp_path, capsys):
@@ -391,17 +378,13 @@ def test_a_head_dim_key_starts_from_the_value_the_cost_model_falls_back_to():
     (["--parameters", "host_launch_s", "--hold-out", "gpu=h100"],
      "none of the 1 rows to fit ran (first failure: gpu='x999'")])
 def test_a_fit_with_nothing_to_fit_gets_one_line_error_and_no_file(
-        tmp_path, capsys, extra, words):
+        tmp_path, one_line_error, extra, words):
     """A parameter named twice would give the Jacobian two equal columns; holding out the
     fixture's two runnable rows leaves only its unknown-GPU row, and a file fitted to no row
     would load as if it were a fit."""
-    from simulator.cli import main
-
     out = tmp_path / "c.yaml"
-    assert main(["calibrate", str(FIXTURE), "-o", str(out), "--max-evaluations", "2",
-                 *extra]) == 2
-    error = capsys.readouterr().err
-    assert words in error and len(error.strip().splitlines()) == 1
+    assert words in one_line_error(["calibrate", str(FIXTURE), "-o", str(out),
+                                    "--max-evaluations", "2", *extra])
     assert not out.exists()
 
 
