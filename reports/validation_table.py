@@ -48,12 +48,26 @@ def _ladder_block(name: str, ladder: Mapping[str, Any]) -> list[str]:
     return [head, format_table(lines)]
 
 
+def _repeats_block(found: Mapping[str, Any]) -> list[str]:
+    head = (f"repeats, rows that moesim simulates alike: {found['n_groups']} "
+            f"group{'s' if found['n_groups'] != 1 else ''} of "
+            f"{found['n_rows']} rows, measured {found['median_spread_pct']:.1f} % apart at the "
+            f"median and {found['max_spread_pct']:.1f} % at most\n(one prediction per group "
+            f"misses one of its rows by at least the floor)")
+    lines = [{"rows": ", ".join(g["rows"]), "on": g["on"],
+              "spread %": g["spread_pct"], "floor %": g["floor_pct"]} for g in found["groups"]]
+    return [head, format_table(lines)]
+
+
 def format_validation(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
     """Every row, the counts and the error statistics; then each optimisation ladder
-    (`summary["ladders"]`, simulator.ladders) with its steps and climb."""
+    (`summary["ladders"]`, simulator.ladders) with its steps and climb, and the groups of
+    repeated measurements (`summary["repeats"]`, simulator.repeats)."""
     blocks = [format_table([_row_line(r) for r in rows]), "",
               f"{summary['n']} rows, {summary['n_failed']} failed", "",
               format_table(_stat_rows(summary))]
     for name, ladder in summary.get("ladders", {}).items():
         blocks += ["", *_ladder_block(name, ladder)]
+    if summary.get("repeats", {}).get("n_groups"):
+        blocks += ["", *_repeats_block(summary["repeats"])]
     return "\n".join(blocks)

@@ -55,6 +55,7 @@ from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, 
                                calibration_document, fit)
 from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
+from simulator.repeats import repeats
 from simulator.validation import RowResult, read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
@@ -314,7 +315,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                          "meaning": entry["meaning"]}
                         for key, entry in document["parameters"].items()]))
     fitted = [asdict(r) for r in result.final_rows]
-    print(format_validation(fitted, _summary(list(result.final_rows))))
+    print(format_validation(fitted, _summary(list(result.final_rows), rows)))
     print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
           f"-> {result.final_objective:.4f}; rms log error "
           f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
@@ -323,7 +324,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if held:
         predicted = validate_rows(held, result.params, jobs=args.jobs)
         print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
-        print(format_validation([asdict(r) for r in predicted], _summary(predicted)))
+        print(format_validation([asdict(r) for r in predicted], _summary(predicted, held)))
     return 0
 
 
@@ -347,9 +348,11 @@ def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParamete
         signal.signal(signal.SIGTERM, previous)
 
 
-def _summary(results: list[RowResult]) -> dict[str, Any]:
-    """The error statistics of `summarize`, and every optimisation ladder among the rows."""
-    return {**summarize(results), "ladders": ladders(results)}
+def _summary(results: list[RowResult], rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The error statistics of `summarize`, every optimisation ladder among the rows, and the
+    rows that moesim simulates alike (simulator.repeats)."""
+    return {**summarize(results), "ladders": ladders(results),
+            "repeats": repeats(rows, results)}
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -359,10 +362,10 @@ def _validate(args: argparse.Namespace) -> int:
     params = calibration_settings(
         load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS,
         args.settings)
-    results = validate_rows(_only(read_measurements(args.csv), args.only), params,
-                            jobs=args.jobs, progress=not args.json)
+    measurements = _only(read_measurements(args.csv), args.only)
+    results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json)
     rows = [asdict(r) for r in results]
-    summary = _summary(results)
+    summary = _summary(results, measurements)
     if args.plot:
         median = summary["median_abs_error_pct"]
         write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} " + (
