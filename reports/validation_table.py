@@ -55,7 +55,10 @@ def _repeats_block(found: Mapping[str, Any]) -> list[str]:
             f"median and {found['max_spread_pct']:.1f} % at most\n(one prediction per group "
             f"misses one of its rows by at least the floor)")
     lines = [{"rows": ", ".join(g["rows"]), "on": g["on"],
-              "spread %": g["spread_pct"], "floor %": g["floor_pct"]} for g in found["groups"]]
+              "spread %": g["spread_pct"], "floor %": g["floor_pct"],
+              "error % (moesim)": ("" if g["error_range_pct"] is None else
+                                   "{:+.1f} .. {:+.1f}".format(*g["error_range_pct"]))}
+             for g in found["groups"]]
     return [head, format_table(lines)]
 
 

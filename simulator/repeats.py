@@ -9,7 +9,8 @@ group, so the group's spread bounds how close any model of these inputs can come
     floor_pct  = 100 * (max - min) / (max + min)
 
 `floor_pct` is the least largest |error| a single prediction can have on the group's rows (at
-the prediction 2 * max * min / (max + min)). Values are on the metric each row's error is on
+the prediction 2 * max * min / (max + min)); beside it, moesim's one prediction for the group and
+the smallest and largest of its errors there. Values are on the metric each row's error is on
 (tokens/s where measured, else TFLOP/s counted with the row's `flops_formula`); rows on
 different metrics or formulas are never repeats.
 """
@@ -22,6 +23,8 @@ from typing import Any, Sequence
 
 from simulator.validation import RowResult, row_scenario
 
+TOKENS = "tokens/s"
+
 
 def _scenario_key(row: dict[str, Any]) -> str:
     """What moesim simulates for `row`, without the name of the row's recipe."""
@@ -29,32 +32,42 @@ def _scenario_key(row: dict[str, Any]) -> str:
     return repr(replace(scenario, recipe=replace(scenario.recipe, name="")))
 
 
-def _measured(result: RowResult, row: dict[str, Any]) -> tuple[str, float | None]:
-    """The metric `result`'s error is on, and its measured value."""
+def _metric(result: RowResult, row: dict[str, Any]) -> str:
+    """The metric `result`'s error is on."""
     if result.measured_tokens_per_s_per_gpu is not None:
-        return "tokens/s", result.measured_tokens_per_s_per_gpu
-    return f"TFLOP/s ({row['flops_formula']})", result.measured_tflops_per_gpu
+        return TOKENS
+    return f"TFLOP/s ({row['flops_formula']})"
 
 
-def _group(members: list[tuple[str, float]], metric: str) -> dict[str, Any]:
-    values = [value for _, value in members]
-    high, low = max(values), min(values)
-    return {"rows": [name for name, _ in members], "on": metric, "measured": values,
-            "spread_pct": 100 * (high / low - 1), "floor_pct": 100 * (high - low) / (high + low)}
+def _values(result: RowResult, metric: str) -> tuple[float | None, float | None]:
+    """`result`'s measured and predicted value on `metric`."""
+    if metric == TOKENS:
+        return result.measured_tokens_per_s_per_gpu, result.predicted_tokens_per_s_per_gpu
+    return result.measured_tflops_per_gpu, result.predicted_tflops_per_gpu
+
+
+def _group(members: list[RowResult], metric: str) -> dict[str, Any]:
+    measured = [_values(r, metric)[0] or 0.0 for r in members]
+    high, low = max(measured), min(measured)
+    errors = [r.error_pct for r in members if r.error_pct is not None]
+    return {"rows": [r.name for r in members], "on": metric, "measured": measured,
+            "spread_pct": 100 * (high / low - 1), "floor_pct": 100 * (high - low) / (high + low),
+            "predicted": _values(members[0], metric)[1],
+            "error_range_pct": [min(errors), max(errors)] if errors else None}
 
 
 def repeats(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> dict[str, Any]:
     """The groups of rows that ran and that moesim simulates alike, widest spread first, and
     the median and max of their spreads (None when there are no groups)."""
     row_of = {row["name"]: row for row in rows}
-    found: dict[tuple[str, str], list[tuple[str, float]]] = {}
+    found: dict[tuple[str, str], list[RowResult]] = {}
     for result in results:
         row = row_of.get(result.name)
         if result.status != "ok" or row is None:
             continue
-        metric, value = _measured(result, row)
-        if value:
-            found.setdefault((metric, _scenario_key(row)), []).append((result.name, value))
+        metric = _metric(result, row)
+        if _values(result, metric)[0]:
+            found.setdefault((metric, _scenario_key(row)), []).append(result)
     groups = sorted((_group(members, metric) for (metric, _), members in found.items()
                      if len(members) > 1), key=lambda g: -g["spread_pct"])
     spreads = [g["spread_pct"] for g in groups]

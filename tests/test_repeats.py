@@ -50,6 +50,7 @@ def test_rows_alike_under_other_release_names_are_one_group():
     assert group["spread_pct"] == pytest.approx(5.0)
     assert group["floor_pct"] == pytest.approx(100 * 500 / 20500)
     assert found["median_spread_pct"] == found["max_spread_pct"] == pytest.approx(5.0)
+    assert group["error_range_pct"] == [0.0, 0.0] and group["predicted"] is None
 
 
 def test_the_floor_is_the_least_largest_error_of_one_prediction():
@@ -88,8 +89,13 @@ def test_validate_reports_repeats(tmp_path, capsys):
     found = document["summary"]["repeats"]
     assert found["n_groups"] == 1
     assert found["groups"][0]["rows"] == ["fixture-llama8b-h100-8-tokens", "fixture-again"]
-    assert found["groups"][0]["spread_pct"] == pytest.approx(10.0)
+    group = found["groups"][0]
+    assert group["spread_pct"] == pytest.approx(10.0)
+    assert group["predicted"] == rows[0]["predicted_tokens_per_s_per_gpu"]
+    assert group["error_range_pct"] == sorted(r["error_pct"] for r in rows)
     assert main(["validate", str(path)]) == 0
     out = capsys.readouterr().out
     assert "repeats, rows that moesim simulates alike: 1 group of 2 rows" in out
     assert "fixture-llama8b-h100-8-tokens, fixture-again" in out
+    low, high = group["error_range_pct"]
+    assert f"{low:+.1f} .. {high:+.1f}" in out
