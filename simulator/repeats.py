@@ -46,13 +46,14 @@ def _values(result: RowResult, metric: str) -> tuple[float | None, float | None]
     return result.measured_tflops_per_gpu, result.predicted_tflops_per_gpu
 
 
-def _group(members: list[RowResult], metric: str) -> dict[str, Any]:
-    measured = [_values(r, metric)[0] or 0.0 for r in members]
+def _group(members: list[tuple[RowResult, float]], metric: str) -> dict[str, Any]:
+    """`members`: each row's result and its measured value on `metric`."""
+    measured = [value for _, value in members]
     high, low = max(measured), min(measured)
-    errors = [r.error_pct for r in members if r.error_pct is not None]
-    return {"rows": [r.name for r in members], "on": metric, "measured": measured,
+    errors = [r.error_pct for r, _ in members if r.error_pct is not None]
+    return {"rows": [r.name for r, _ in members], "on": metric, "measured": measured,
             "spread_pct": 100 * (high / low - 1), "floor_pct": 100 * (high - low) / (high + low),
-            "predicted": _values(members[0], metric)[1],
+            "predicted": _values(members[0][0], metric)[1],
             "error_range_pct": [min(errors), max(errors)] if errors else None}
 
 
@@ -60,14 +61,15 @@ def repeats(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> dic
     """The groups of rows that ran and that moesim simulates alike, widest spread first, and
     the median and max of their spreads (None when there are no groups)."""
     row_of = {row["name"]: row for row in rows}
-    found: dict[tuple[str, str], list[RowResult]] = {}
+    found: dict[tuple[str, str], list[tuple[RowResult, float]]] = {}
     for result in results:
         row = row_of.get(result.name)
         if result.status != "ok" or row is None:
             continue
         metric = _metric(result, row)
-        if _values(result, metric)[0]:
-            found.setdefault((metric, _scenario_key(row)), []).append(result)
+        measured = _values(result, metric)[0]
+        if measured:
+            found.setdefault((metric, _scenario_key(row)), []).append((result, measured))
     groups = sorted((_group(members, metric) for (metric, _), members in found.items()
                      if len(members) > 1), key=lambda g: -g["spread_pct"])
     spreads = [g["spread_pct"] for g in groups]
