@@ -11,7 +11,7 @@ from typing import Any, Iterable, Mapping
 
 from reports.files import write_json
 
-LANE_ORDER = ("host", "compute", "ep", "tp", "pp", "dp")
+LANE_ORDER = ("host", "compute", "ep", "tp", "cp", "pp", "dp")
 
 
 def _lane_id(lane: str) -> int:

@@ -28,10 +28,10 @@ from reports.study_charts import category_colour
 
 CYCLES = 4
 MS = 1e3
-COMM_LABELS = {"ep": "EP all-to-all", "tp": "TP collectives", "pp": "PP send/recv",
-               "dp": "DP reduce/gather"}
+COMM_LABELS = {"ep": "EP all-to-all", "tp": "TP collectives", "cp": "CP ring exchange",
+               "pp": "PP send/recv", "dp": "DP reduce/gather"}
 CATEGORY_ORDER = ("compute", "recompute", "moe_overhead", "elementwise", "optimizer", "ep", "tp",
-                  "pp", "dp")
+                  "cp", "pp", "dp")
 MIN_LABEL_FRACTION = 0.025  # units narrower than this share of the window go unlabelled
 
 Row = Mapping[str, Any]

@@ -20,7 +20,8 @@ from reports.summary import BREAKDOWN_LABELS, BREAKDOWN_ORDER
 CATEGORY_COLOURS = {
     "compute": "#1f77b4", "recompute": "#aec7e8", "moe_overhead": "#ff7f0e",
     "elementwise": "#ffbb78", "optimizer": "#8c564b", "launch": "#7f7f7f",
-    "exposed_ep": "#d62728", "exposed_tp": "#e377c2", "exposed_pp": "#2ca02c",
+    "exposed_ep": "#d62728", "exposed_tp": "#e377c2", "exposed_cp": "#bcbd22",
+    "exposed_pp": "#2ca02c",
     "exposed_dp": "#9467bd", "pipeline_bubble": "#c7c7c7",
 }
 OTHER_COLOUR = "#17becf"

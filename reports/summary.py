@@ -8,14 +8,15 @@ from typing import Any, Mapping
 
 GIB = 2**30
 BREAKDOWN_ORDER = ("compute", "recompute", "moe_overhead", "elementwise", "optimizer", "launch",
-                   "exposed_ep", "exposed_tp", "exposed_pp", "exposed_dp", "pipeline_bubble",
-                   "gpu_variation")
+                   "exposed_ep", "exposed_tp", "exposed_cp", "exposed_pp", "exposed_dp",
+                   "pipeline_bubble", "gpu_variation")
 BREAKDOWN_LABELS = {
     "compute": "compute (model GEMMs, attention)", "recompute": "recompute",
     "moe_overhead": "router, permute, unpermute", "optimizer": "optimizer step",
     "elementwise": "norms, quantisation, embedding, loss",
     "launch": "host launch (CPU-bound)", "exposed_ep": "exposed EP all-to-all",
-    "exposed_tp": "exposed TP collectives", "exposed_pp": "exposed PP send/recv",
+    "exposed_tp": "exposed TP collectives", "exposed_cp": "exposed CP ring exchange",
+    "exposed_pp": "exposed PP send/recv",
     "exposed_dp": "exposed DP reduce/gather", "pipeline_bubble": "pipeline bubble",
     "gpu_variation": "waiting for the slowest GPU",
 }

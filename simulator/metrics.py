@@ -24,7 +24,7 @@ from typing import Mapping, Sequence
 
 from simulator.engine import TaskRecord, Trace
 
-EXPOSED_ORDER = ("ep", "tp", "pp", "dp")
+EXPOSED_ORDER = ("ep", "tp", "cp", "pp", "dp")
 LAUNCH, BUBBLE, VARIATION = "launch", "pipeline_bubble", "gpu_variation"
 IDLE_CATEGORIES = (LAUNCH, *(f"exposed_{kind}" for kind in EXPOSED_ORDER), BUBBLE, VARIATION)
 

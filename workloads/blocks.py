@@ -95,6 +95,23 @@ CLAMPED_ACTIVATION_FWD_BYTES, CLAMPED_ACTIVATION_BWD_BYTES = 22, 30
 # with the cat's backward (4); 2 kernels per local expert and the cat forward, 1 per local
 # expert backward.
 EXPERT_BIAS_FWD_BYTES, EXPERT_BIAS_BWD_BYTES = 8, 4
+# Context parallelism, Megatron's default cp_comm_type "p2p": Transformer Engine's
+# AttnFuncWithCPAndKVP2P (transformer_engine/pytorch/attention/dot_product_attention/
+# context_parallel.py) splits each layer's core attention into cp steps around the CP ring.
+# With the load-balanced causal layout (rank r holds sequence chunks r and 2cp-1-r) every step
+# computes as many scores. Step i runs on the keys and values that exchange i-1 brought, while
+# exchange i passes them on: forward cp-1 exchanges of K and V; backward cp, K and V first,
+# then K, V and the partial dK, dV, then dK, dV alone (`ring_exchanges`). Around the steps,
+# memory-bound kernels counted from that code. Per step after the first (forward, backward):
+# forward a contiguous copy of the half-chunk operand, the softmax-statistics correction and
+# the output correction (the step's partial output read, the accumulated output read and
+# written, BF16: 6 bytes per output element, as the first step's); backward a half-chunk copy
+# and the dQ and dKV accumulations (6 bytes per element each). Once per layer: forward the cat
+# of K and V into the send buffer and the first step's output; backward the first step's
+# three, the copy of K and V into the buffers, dout's and the statistics' contiguous copies and
+# the final dKV add.
+RING_STEP_KERNELS, RING_FIXED_KERNELS = (3, 3), (2, 7)
+RING_MERGE_BYTES = 6
 # Fusing MXFP8 quantisation into the norm (cuDNN, guide §2.1.5) saves a kernel per norm
 # each way and one pass over the normalised activations.
 NORM_QUANT_FUSED_SAVED_KERNELS = (2, 2)
@@ -273,6 +290,61 @@ def attention_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
     return {"norms": _with_recompute(norms, full or "layernorm" in modules),
             "attn_proj": _with_recompute(proj, full),
             "core_attn": _with_recompute(core, full or "core_attn" in modules)}
+
+
+def _ring_kv_elements(model: ModelSpec, plan: ParallelPlan) -> float:
+    """Elements of one GPU's keys and values for one micro batch. MLA keeps its up-projected
+    per-head keys and values; GQA one key and one value per query group, a TP rank holding at
+    least one group."""
+    tokens = plan.mbs * plan.seq_len / plan.cp
+    if model.attention == "mla":
+        return tokens * model.num_attention_heads / plan.tp * (model.query_key_head_dim
+                                                               + model.v_head_dim)
+    return tokens * max(model.query_groups / plan.tp, 1.0) * 2 * model.head_dim
+
+
+def ring_kv_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> float:
+    """The message of one exchange of context parallelism's ring: one GPU's keys and values
+    of a micro batch, in FP8 with FP8 attention, else in BF16."""
+    return _ring_kv_elements(model, plan) * (1 if recipe.fp8_attention else BF16_BYTES)
+
+
+def ring_exchanges(cp: int, backward: bool) -> tuple[int, ...]:
+    """Messages of one layer's ring, in units of `ring_kv_bytes`: forward cp - 1 exchanges of
+    K and V; backward cp, K and V first, then K, V and the partial dK, dV, the last dK, dV
+    alone (see RING_STEP_KERNELS)."""
+    if not backward:
+        return (1,) * (cp - 1)
+    return (1,) + (2,) * (cp - 2) + (1,)
+
+
+def ring_attention(core: BlockWork, model: ModelSpec, plan: ParallelPlan,
+                   recipe: Recipe) -> tuple[BlockWork, BlockWork]:
+    """Core attention under context parallelism (see RING_STEP_KERNELS): one step of the
+    ring, 1/cp of the layer's scores, and the memory-bound kernels that merge the steps."""
+    cp = plan.cp
+    tokens, heads = plan.mbs * plan.seq_len / cp, model.num_attention_heads / plan.tp
+    out = tokens * heads * (model.v_head_dim if model.attention == "mla" else model.head_dim)
+    query = tokens * heads * model.query_key_head_dim
+    kv, kv_bytes = _ring_kv_elements(model, plan), ring_kv_bytes(model, plan, recipe)
+    forward_bytes = (cp + 1) * kv_bytes + RING_MERGE_BYTES * cp * out
+    backward_bytes = (2 + cp) * kv_bytes + RING_MERGE_BYTES * (cp * (query + kv) + kv)
+    graphed = _graphed("core_attn", recipe)
+    fwd_kernels, bwd_kernels = (fixed + (cp - 1) * per_step for fixed, per_step
+                                in zip(RING_FIXED_KERNELS, RING_STEP_KERNELS))
+    merge_forward = Work(flops=0.0, hbm_bytes=forward_bytes, kernel_class=KernelClass.MEMORY,
+                         precision="bf16", kernels=fwd_kernels, graphed=graphed)
+    merge_backward = Work(flops=0.0, hbm_bytes=backward_bytes, kernel_class=KernelClass.MEMORY,
+                          precision="bf16", kernels=bwd_kernels, graphed=graphed)
+
+    def step_of(work: Work) -> Work:
+        return replace(work, flops=work.flops / cp, exponentials=work.exponentials / cp)
+
+    step = BlockWork(forward=step_of(core.forward), backward=step_of(core.backward),
+                     recompute=None if core.recompute is None else step_of(core.recompute))
+    merge = BlockWork(forward=merge_forward, backward=merge_backward,
+                      recompute=None if core.recompute is None else merge_forward)
+    return step, merge
 
 
 def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str, BlockWork]:

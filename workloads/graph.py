@@ -24,6 +24,7 @@ class Lane(StrEnum):
 
     COMPUTE = "compute"
     TP = "tp"
+    CP = "cp"
     EP = "ep"
     PP = "pp"
     DP = "dp"

@@ -400,10 +400,68 @@ class _Step:
             if block == "attn_proj" and unit.phase == "F":
                 last = self._tp(rank, unit, f"{name}.attn.ag", Op.ALL_GATHER, last)
             work = self._attention_blocks(layer)[block]
-            last = (self._compute(rank, unit, f"{name}.{block}", work, last),)
+            if block == "core_attn" and self.plan.cp > 1:
+                last = (self._ring_attention(rank, unit, f"{name}.{block}", work, last),)
+            else:
+                last = (self._compute(rank, unit, f"{name}.{block}", work, last),)
             if block == "attn_proj" and unit.phase == "B":
                 last = self._tp(rank, unit, f"{name}.attn.rs", Op.REDUCE_SCATTER, last)
         return last[0]
+
+    def _ring_attention(self, rank: int, unit: Unit, name: str, core: blk.BlockWork,
+                        after: tuple[str, ...]) -> str:
+        """Core attention under context parallelism: its steps around the CP ring, each on
+        the keys and values the previous exchange brought (blocks.RING_STEP_KERNELS);
+        backward, after the recomputed forward ring when core attention is recomputed."""
+        step, merge = blk.ring_attention(core, self.model, self.plan, self.recipe)
+        if unit.phase == "B" and step.recompute is not None and merge.recompute is not None:
+            after = (self._ring(rank, unit, f"{name}.recompute", (step.recompute,
+                                                                  merge.recompute),
+                                False, "recompute", after),)
+        works = ((step.forward, merge.forward) if unit.phase == "F"
+                 else (step.backward, merge.backward))
+        return self._ring(rank, unit, name, works, unit.phase == "B", "compute", after)
+
+    def _ring(self, rank: int, unit: Unit, name: str, works: tuple[Work, Work],
+              backward: bool, category: str, after: tuple[str, ...]) -> str:
+        """One pass of the ring: exchange i runs beside step i and brings step i+1's keys
+        and values; backward it also carries the partial dK, dV of step i-1. The merge
+        kernels follow the last step (and, backward, the last exchange)."""
+        step_work, merge_work = works
+        kv_bytes = blk.ring_kv_bytes(self.model, self.plan, self.recipe)
+        exchanges = blk.ring_exchanges(self.plan.cp, backward)
+        step: str | None = None
+        incoming: str | None = None
+        for i in range(self.plan.cp):
+            waits = after if incoming is None else (incoming,)
+            outgoing = incoming
+            if i < len(exchanges):
+                carried = (step,) if backward and step is not None else ()
+                outgoing = self._cp_exchange(rank, unit, f"{name}.x{i}",
+                                             exchanges[i] * kv_bytes, waits + carried)
+            step = self.g.add(f"{name}.s{i}", after=waits, rank=rank, lane=Lane.COMPUTE,
+                              category=category, work=step_work, microbatch=unit.microbatch,
+                              chunk=unit.chunk)
+            incoming = outgoing
+        assert step is not None and incoming is not None
+        tail = (step, incoming) if backward else (step,)
+        return self.g.add(f"{name}.merge", after=tail, rank=rank, lane=Lane.COMPUTE,
+                          category="recompute" if category == "recompute" else "elementwise",
+                          work=merge_work, microbatch=unit.microbatch, chunk=unit.chunk)
+
+    def _cp_exchange(self, rank: int, unit: Unit, name: str, nbytes: float,
+                     after: tuple[str, ...]) -> str:
+        """One exchange of the CP ring: every member sends `nbytes` to its successor."""
+        part = self._part("cp", rank)
+        assert part is not None
+        groups, members = part
+        pairs = tuple((group[j], group[(j + 1) % len(group)]) for group in groups
+                      for j in range(len(group)))
+        collective = Collective(op=Op.SEND_RECV, key=f"{members[0]}/{name.split('/', 1)[1]}",
+                                bytes_per_rank=nbytes, groups=pairs, members=members,
+                                algorithm="p2p", graphed=self.recipe.cuda_graphs == "full")
+        return self.g.add(name, after=after, rank=rank, lane=Lane.CP, category="cp",
+                          collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
 
     def _dense(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
         last = self._tp(rank, unit, f"{name}.mlp.ag", Op.ALL_GATHER, after)
