@@ -118,6 +118,8 @@ def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenar
         scenario = replace(scenario, recipe=recipe_from_name(args.recipe))
     if args.precision:
         scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
+    elif args.system or args.recipe:
+        scenario = precision_for_system(scenario)
     if (args.recipe or args.model or args.system or args.precision) and not (
             args.recipe and _is_file(args.recipe)):
         scenario = with_model_preset(scenario)
@@ -126,6 +128,16 @@ def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenar
     if args.calibration:
         scenario = replace(scenario, params=load_calibration(args.calibration))
     return apply_settings(scenario, [*_plan_settings(args), *args.set])
+
+
+def precision_for_system(scenario: Scenario) -> Scenario:
+    """A block-scaled recipe (MXFP8, NVFP4) on Hopper runs its FP8 with per-tensor scaling
+    instead (simulator.planner.recipe_for), said on stderr; --precision chooses otherwise."""
+    recipe_ = recipe_for(scenario.system, scenario.recipe)
+    if recipe_.precision != scenario.recipe.precision:
+        print(f"moesim: {system_gpu(scenario.system).name} has no {scenario.recipe.precision}: "
+              f"precision={recipe_.precision} (--precision chooses)", file=sys.stderr)
+    return replace(scenario, recipe=recipe_)
 
 
 def _plan_settings(args: argparse.Namespace) -> list[str]:

@@ -30,9 +30,9 @@ from reports.study_charts import (compare_figures, scale_figures, study_breakdow
                                   study_summary_rows, write_study)
 from reports.summary import run_title
 from reports.tables import format_table
-from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags, recipe_from_name,
-                                    run_document, scenario_flags_given, scenario_from_args,
-                                    with_model_preset)
+from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags,
+                                    precision_for_system, recipe_from_name, run_document,
+                                    scenario_flags_given, scenario_from_args, with_model_preset)
 from simulator.results import pipeline_rows
 from simulator.scenario import Scenario, run_scenario
 from simulator.studies import compare_recipes, compare_systems, scale
@@ -147,9 +147,10 @@ def _compare(args: argparse.Namespace) -> int:
 
         def on_gpu(scenario: Scenario) -> Scenario:
             """A catalog release rebuilt for the model on this system's GPU (a base from a
-            scenario file, a row or --same-recipe keeps its recipe)."""
+            scenario file, a row or --same-recipe keeps its recipe, in FP8 on Hopper where it
+            is block-scaled and --precision is not given)."""
             if not rebuild:
-                return scenario
+                return scenario if args.precision else precision_for_system(scenario)
             release = recipe(scenario.recipe.name)
             return replace(scenario, recipe=_model_recipe(scenario, release, args.precision))
 
@@ -168,10 +169,13 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _model_recipe(base: Scenario, release: Recipe, precision: str | None) -> Recipe:
-    """`release` (in --precision, if given) as its performance scripts set it for the base's
-    model and GPU, as `run --recipe` puts it (workloads.model_presets)."""
+    """`release` (in --precision, if given; else in FP8 on Hopper where it is block-scaled) as
+    its performance scripts set it for the base's model and GPU, as `run --recipe` puts it
+    (workloads.model_presets)."""
     if precision:
         release = recipe_with(release, precision=precision)
+    else:
+        release = precision_for_system(replace(base, recipe=release)).recipe
     return with_model_preset(replace(base, recipe=release)).recipe
 
 

@@ -14,7 +14,7 @@ from itertools import product
 from topologies.systems import SystemSpec, system_gpu
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan, validate_plan
-from workloads.recipes import Recipe
+from workloads.recipes import BLOCK_SCALED_PRECISIONS, Recipe
 
 from simulator.memory import check_fits, peak_memory
 
@@ -50,7 +50,7 @@ def _fits(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, system: SystemSp
 
 def recipe_for(system: SystemSpec, recipe: Recipe) -> Recipe:
     """Hopper has no MXFP8: its FP8 runs with per-tensor scaling."""
-    if system_gpu(system).architecture == "hopper" and recipe.precision in ("mxfp8", "nvfp4"):
+    if system_gpu(system).architecture == "hopper" and recipe.precision in BLOCK_SCALED_PRECISIONS:
         return replace(recipe, precision="fp8-cs")
     return recipe
 

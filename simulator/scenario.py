@@ -25,7 +25,7 @@ from topologies.topology import Topology
 from workloads.flops import model_flops_per_step, model_flops_per_token
 from workloads.models import ModelSpec, model_spec
 from workloads.parallelism import ParallelPlan, validate_plan
-from workloads.recipes import Recipe, recipe
+from workloads.recipes import BLOCK_SCALED_PRECISIONS, Recipe, recipe
 from workloads.schedules import check_schedule
 from workloads.step import StepSpec, build_step
 
@@ -189,9 +189,13 @@ def check_scenario(scenario: Scenario) -> MemoryEstimate:
     any fails."""
     plan, recipe_ = scenario.plan, scenario.recipe
     validate_plan(plan, scenario.model)
+    gpu = system_gpu(scenario.system)
+    if recipe_.precision in BLOCK_SCALED_PRECISIONS and gpu.architecture == "hopper":
+        raise ValueError(f"precision={recipe_.precision!r}: gpu '{gpu.name}' (Hopper) has no "
+                         f"block-scaled tensor cores; use fp8-cs, fp8-blockwise or bf16")
     check_schedule(recipe_.pipeline_schedule, plan.pp, plan.vpp, plan.num_microbatches)
     memory = peak_memory(scenario.model, scenario.plan, scenario.recipe)
-    check_fits(memory, system_gpu(scenario.system))
+    check_fits(memory, gpu)
     return memory
 
 

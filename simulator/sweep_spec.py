@@ -37,6 +37,7 @@ from workloads.recipe_files import load_recipe_file
 from workloads.recipes import recipe
 
 from simulator.overrides import apply_settings, check_key, known_keys
+from simulator.planner import recipe_for
 from simulator.scenario import Scenario, default_domain_size, default_scenario
 from simulator.scenario_files import load_scenario_file
 
@@ -237,11 +238,16 @@ def _with_part(scenario: Scenario, key: str, value: str, folder: str) -> Scenari
 
 
 def scenario_with(scenario: Scenario, settings: tuple[Setting, ...], folder: str) -> Scenario:
-    """`scenario` with the settings: system, model and recipe first, then the others."""
+    """`scenario` with the settings: system, model and recipe first, then the others. A
+    block-scaled recipe (MXFP8, NVFP4) put on Hopper, or a Hopper system given one, runs in
+    FP8 with per-tensor scaling unless the point sets its precision (as `moesim run`)."""
     for part in PART_KEYS:
         for key, value in settings:
             if key == part:
                 scenario = _with_part(scenario, key, setting_text(value), folder)
+    keys = {key for key, _ in settings}
+    if keys & {"system", "recipe"} and "precision" not in keys:
+        scenario = replace(scenario, recipe=recipe_for(scenario.system, scenario.recipe))
     return apply_settings(scenario, [f"{key}={setting_text(value)}" for key, value in settings
                                      if key not in PART_KEYS])
 

@@ -39,4 +39,4 @@ def test_auto_plan_flag_picks_a_plan_that_fits(capsys):
 
 def test_no_plan_fits_gets_one_line_error(one_line_error):
     assert "no plan" in one_line_error(["run", "--model", "kimi-k2", "--system", "dgx-h100",
-                                        "--auto-plan", "--gpus", "8"])
+                                        "--precision", "fp8-cs", "--auto-plan", "--gpus", "8"])

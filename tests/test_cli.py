@@ -89,6 +89,24 @@ def test_bad_input_gets_one_line_error(one_line_error, args, words):
     assert all(word in line for word in words)
 
 
+def test_hopper_runs_a_block_scaled_default_recipe_in_fp8_and_says_so(capsys):
+    """The default study is MXFP8; on H100 (no MXFP8) it runs FP8 with per-tensor scaling
+    unless --precision asks for something else (which an MXFP8 request then fails on)."""
+    argv = ["run", "--system", "dgx-h100", "--model", "llama3-8b", "--gpus", "8", "--tp", "1",
+            "--pp", "1", "--vpp", "1", "--ep", "1", "--etp", "1", "--gbs", "8", "--mtp", "0",
+            "--json"]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["scenario"]["recipe"]["precision"] == "fp8-cs"
+    assert "h100 has no mxfp8: precision=fp8-cs" in captured.err
+    for asked in (["--precision", "mxfp8"], ["--set", "precision=nvfp4"]):
+        assert main([*argv, *asked]) == 2
+        captured = capsys.readouterr()
+        error = captured.err.strip().splitlines()[-1]
+        assert "Traceback" not in captured.err and captured.out == ""
+        assert error.startswith("moesim: error: precision=") and "Hopper" in error
+
+
 def test_trace_has_one_track_per_lane(tmp_path, capsys):
     path = tmp_path / "step.json"
     assert main(["run", "--gbs", "256", "--trace", str(path)]) == 0

@@ -20,6 +20,8 @@ from typing import Any
 from workloads.schedules import SCHEDULES
 
 PRECISIONS = ("bf16", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4")
+# Microscaling formats: their per-block scales need Blackwell's tensor cores (Hopper has none).
+BLOCK_SCALED_PRECISIONS = ("mxfp8", "nvfp4")
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
 NCCL_DISPATCHERS = ("alltoall", "allgather")
 CUDA_GRAPHS = ("none", "partial", "full")
