@@ -47,7 +47,7 @@ def test_unknown_recipe_lists_known_names() -> None:
     (dict(recompute_modules=("full", "mlp")), "recompute_modules"),
     (dict(shared_expert_overlap=True), "shared_expert_overlap"),  # a2a overlap is on
     (dict(recompute_modules=("moe",)), "recompute_modules"),      # a2a overlap forbids 'moe'
-    (dict(precision="bf16"), "fp8_attention"),
+    (dict(precision="bf16", fp8_attention=True), "fp8_attention"),
     (dict(expert_capacity_factor=0.0), "expert_capacity_factor"),
     (dict(grad_reduce_dtype_bytes=1), "grad_reduce_dtype_bytes"),
     (dict(colour="red"), "field='colour'"),
@@ -56,6 +56,14 @@ def test_bad_values_raise_one_line_errors(changes: dict[str, object], field: str
     with pytest.raises(ValueError, match=field) as error:
         recipe_with(recipe("mbridge-26.06"), **changes)
     assert "\n" not in str(error.value)
+
+
+def test_a_change_to_bf16_turns_off_the_fp8_only_switches_it_does_not_set() -> None:
+    fp8 = recipe_with(recipe("mbridge-26.06"), fp8_param_gather=True)
+    assert fp8.fp8_attention and fp8.fp8_param_gather
+    bf16 = recipe_with(fp8, precision="bf16")
+    assert not bf16.fp8_attention and not bf16.fp8_param_gather
+    assert recipe_with(fp8, precision="fp8-cs").fp8_attention
 
 
 def test_recipe_with_changes_one_feature() -> None:

@@ -22,6 +22,7 @@ from simulator.sweep_spec import base_scenario, load_sweep, scenario_with
 from topologies.builders import build_topology
 from topologies.hardware import GBIT, switch_spec
 from topologies.systems import system_scale_out_switch
+from workloads.recipes import recipe
 
 SWEEPS = Path(__file__).parent / "data" / "sweeps"
 NIC_SPEED = SWEEPS / "nic-speed.yaml"
@@ -86,6 +87,16 @@ def test_a_system_point_keeps_the_domain_size_while_it_fits(make_scenario):
     qwen = scenario_with(make_scenario(ep=8, pp=2, layout="Et|tL"),
                          (("model", "qwen3-30b-a3b"),), ".")
     assert qwen.model.name == "qwen3-30b-a3b" and qwen.plan.layout is None
+
+
+def test_a_hopper_point_runs_a_block_scaled_recipe_in_fp8_unless_it_sets_the_precision(
+        make_scenario):
+    base = make_scenario(ep=8, recipe_=recipe("mbridge-26.06"))
+    assert base.recipe.precision == "mxfp8"
+    assert scenario_with(base, (("system", "dgx-h100"),), ".").recipe.precision == "fp8-cs"
+    assert scenario_with(base, (("system", "gb200-nvl72"),), ".").recipe.precision == "mxfp8"
+    chosen = scenario_with(base, (("system", "dgx-h100"), ("precision", "bf16")), ".")
+    assert chosen.recipe.precision == "bf16"
 
 
 @pytest.mark.parametrize("text, words", [

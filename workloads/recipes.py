@@ -20,6 +20,8 @@ from typing import Any
 from workloads.schedules import SCHEDULES
 
 PRECISIONS = ("bf16", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4")
+# Switches that only a run in FP8/FP4 has: attention and the parameter all-gather in FP8.
+FP8_ONLY_FIELDS = ("fp8_attention", "fp8_param_gather")
 # Microscaling formats: their per-block scales need Blackwell's tensor cores (Hopper has none).
 BLOCK_SCALED_PRECISIONS = ("mxfp8", "nvfp4")
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
@@ -197,7 +199,7 @@ def _check_compatibility(r: Recipe) -> None:
     if r.a2a_overlap and r.dispatcher == "allgather":
         raise ValueError("dispatcher='allgather': a2a_overlap=True needs alltoall, deepep or "
                          "hybridep")
-    for field in ("fp8_attention", "fp8_param_gather"):
+    for field in FP8_ONLY_FIELDS:
         if getattr(r, field) and r.precision == "bf16":
             raise ValueError(f"{field}=True: needs an FP8/FP4 precision, not precision='bf16'")
 
@@ -415,11 +417,14 @@ def recipe(name: str) -> Recipe:
 
 
 def recipe_with(base: Recipe, **changes: Any) -> Recipe:
-    """A copy of `base` with `changes` applied and validated."""
+    """A copy of `base` with `changes` applied and validated. A change to BF16 turns off the
+    switches that only an FP8/FP4 run has (FP8_ONLY_FIELDS) unless `changes` sets them."""
     known = [f.name for f in fields(Recipe)]
     for field in changes:
         if field not in known:
             raise ValueError(f"field={field!r}: unknown recipe field; known: {', '.join(known)}")
+    if changes.get("precision") == "bf16":
+        changes = {**{field: False for field in FP8_ONLY_FIELDS}, **changes}
     return replace(base, **changes)
 
 
