@@ -28,7 +28,8 @@ from simulator.calibration import load_calibration
 from simulator.overrides import apply_settings
 from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document
-from simulator.scenario import Result, Scenario, default_domain_size, default_scenario
+from simulator.scenario import (Result, Scenario, default_domain_size, default_scenario,
+                                with_model)
 from simulator.scenario_files import load_scenario_file, scenario_from_megatron_args
 from simulator.validation import find_row, row_comparison, row_scenario
 
@@ -111,7 +112,7 @@ def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenar
         system = load_system(args.system)
         scenario = replace(scenario, system=system, domain_size=default_domain_size(system))
     if args.model:
-        scenario = replace(scenario, model=model_from_name(args.model))
+        scenario = with_model(scenario, model_from_name(args.model))
     if args.mtp is not None:
         scenario = replace(scenario, model=scenario.model.with_mtp(args.mtp))
     if args.recipe:

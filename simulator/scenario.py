@@ -16,7 +16,7 @@ are simulated apart from the folded ones.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from topologies.builders import build_topology
@@ -140,6 +140,15 @@ def default_scenario() -> Scenario:
                         seq_len=4096, layout=DEFAULT_LAYOUT)
     return Scenario(system=load_system("gb300-nvl72"), model=model_spec("deepseek-v3"),
                     plan=plan, recipe=recipe("mbridge-26.06"), domain_size=NVL72_RECIPE_DOMAIN)
+
+
+def with_model(scenario: Scenario, model: ModelSpec) -> Scenario:
+    """`scenario` with another model, on the default pipeline layout; a dense model runs
+    without expert parallelism (ep = etp = 1, the only values it allows)."""
+    plan = replace(scenario.plan, layout=None)
+    if not model.is_moe:
+        plan = replace(plan, ep=1, etp=1)
+    return replace(scenario, model=model, plan=plan)
 
 
 def scenario_topology(scenario: Scenario) -> Topology:

@@ -38,7 +38,7 @@ from workloads.recipes import recipe
 
 from simulator.overrides import apply_settings, check_key, known_keys
 from simulator.planner import recipe_for
-from simulator.scenario import Scenario, default_domain_size, default_scenario
+from simulator.scenario import Scenario, default_domain_size, default_scenario, with_model
 from simulator.scenario_files import load_scenario_file
 
 FILE_KEYS = ("base", "grid", "points")
@@ -232,7 +232,7 @@ def _with_part(scenario: Scenario, key: str, value: str, folder: str) -> Scenari
                        domain_size=size if fits else default_domain_size(system))
     if key == "model":
         model = load_model_file(name) if value.endswith(FILE_SUFFIXES) else model_spec(name)
-        return replace(scenario, model=model, plan=replace(scenario.plan, layout=None))
+        return with_model(scenario, model)
     chosen = load_recipe_file(name) if value.endswith(FILE_SUFFIXES) else recipe(name)
     return replace(scenario, recipe=chosen)
 

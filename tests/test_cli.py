@@ -89,6 +89,15 @@ def test_bad_input_gets_one_line_error(one_line_error, args, words):
     assert all(word in line for word in words)
 
 
+def test_a_dense_model_runs_without_expert_parallelism_unless_asked(capsys, one_line_error):
+    """The default study is EP32; --model llama3-8b takes ep = etp = 1, the only values a
+    dense model allows, and an explicit --ep is still checked."""
+    scenario = _run_json(capsys, "--model", "llama3-8b", "--gbs", "256")["scenario"]
+    assert (scenario["ep"], scenario["etp"]) == (1, 1)
+    assert "ep=8" in one_line_error(["run", "--model", "llama3-8b", "--ep", "8",
+                                     "--recipe", "megatron-defaults"])
+
+
 def test_hopper_runs_a_block_scaled_default_recipe_in_fp8_and_says_so(capsys):
     """The default study is MXFP8; on H100 (no MXFP8) it runs FP8 with per-tensor scaling
     unless --precision asks for something else (which an MXFP8 request then fails on)."""

@@ -87,6 +87,8 @@ def test_a_system_point_keeps_the_domain_size_while_it_fits(make_scenario):
     qwen = scenario_with(make_scenario(ep=8, pp=2, layout="Et|tL"),
                          (("model", "qwen3-30b-a3b"),), ".")
     assert qwen.model.name == "qwen3-30b-a3b" and qwen.plan.layout is None
+    llama = scenario_with(base, (("model", "llama3-8b"),), ".")
+    assert (llama.plan.ep, llama.plan.etp) == (1, 1)
 
 
 def test_a_hopper_point_runs_a_block_scaled_recipe_in_fp8_unless_it_sets_the_precision(
