@@ -98,6 +98,8 @@ class _Step:
         self.stages = pipeline_layout(self.plan, self.model)
         self.g = GraphBuilder()
         self._attn: dict[bool, dict[str, blk.BlockWork]] = {}
+        self._rings: dict[bool, tuple[blk.BlockWork, blk.BlockWork]] = {}
+        self._ring_pairs: dict[int, _Part] = {}
         self.moe = blk.moe_blocks(self.model, self.plan, self.recipe) if self.model.is_moe else {}
         self.mlp = blk.dense_mlp_block(self.model, self.plan, self.recipe)
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
@@ -401,19 +403,27 @@ class _Step:
                 last = self._tp(rank, unit, f"{name}.attn.ag", Op.ALL_GATHER, last)
             work = self._attention_blocks(layer)[block]
             if block == "core_attn" and self.plan.cp > 1:
-                last = (self._ring_attention(rank, unit, f"{name}.{block}", work, last),)
+                last = (self._ring_attention(rank, unit, f"{name}.{block}", layer, last),)
             else:
                 last = (self._compute(rank, unit, f"{name}.{block}", work, last),)
             if block == "attn_proj" and unit.phase == "B":
                 last = self._tp(rank, unit, f"{name}.attn.rs", Op.REDUCE_SCATTER, last)
         return last[0]
 
-    def _ring_attention(self, rank: int, unit: Unit, name: str, core: blk.BlockWork,
+    def _ring_blocks(self, layer: int) -> tuple[blk.BlockWork, blk.BlockWork]:
+        """One ring step of `layer`'s core attention and the kernels that merge the steps."""
+        window = self.model.is_window_layer(layer)
+        if window not in self._rings:
+            core = self._attention_blocks(layer)["core_attn"]
+            self._rings[window] = blk.ring_attention(core, self.model, self.plan, self.recipe)
+        return self._rings[window]
+
+    def _ring_attention(self, rank: int, unit: Unit, name: str, layer: int,
                         after: tuple[str, ...]) -> str:
         """Core attention under context parallelism: its steps around the CP ring, each on
         the keys and values the previous exchange brought (blocks.RING_STEP_KERNELS);
         backward, after the recomputed forward ring when core attention is recomputed."""
-        step, merge = blk.ring_attention(core, self.model, self.plan, self.recipe)
+        step, merge = self._ring_blocks(layer)
         if unit.phase == "B" and step.recompute is not None and merge.recompute is not None:
             after = (self._ring(rank, unit, f"{name}.recompute", (step.recompute,
                                                                   merge.recompute),
@@ -452,16 +462,24 @@ class _Step:
     def _cp_exchange(self, rank: int, unit: Unit, name: str, nbytes: float,
                      after: tuple[str, ...]) -> str:
         """One exchange of the CP ring: every member sends `nbytes` to its successor."""
-        part = self._part("cp", rank)
-        assert part is not None
-        groups, members = part
-        pairs = tuple((group[j], group[(j + 1) % len(group)]) for group in groups
-                      for j in range(len(group)))
+        pairs, members = self._ring_pairs_of(rank)
         collective = Collective(op=Op.SEND_RECV, key=f"{members[0]}/{name.split('/', 1)[1]}",
                                 bytes_per_rank=nbytes, groups=pairs, members=members,
                                 algorithm="p2p", graphed=self.recipe.cuda_graphs == "full")
         return self.g.add(name, after=after, rank=rank, lane=Lane.CP, category="cp",
                           collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
+
+    def _ring_pairs_of(self, rank: int) -> _Part:
+        """(sender, successor) of every CP ring `rank`'s exchanges stand for, and the
+        simulated ranks that take part."""
+        if rank not in self._ring_pairs:
+            part = self._part("cp", rank)
+            assert part is not None
+            groups, members = part
+            pairs = tuple((group[j], group[(j + 1) % len(group)]) for group in groups
+                          for j in range(len(group)))
+            self._ring_pairs[rank] = (pairs, members)
+        return self._ring_pairs[rank]
 
     def _dense(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
         last = self._tp(rank, unit, f"{name}.mlp.ag", Op.ALL_GATHER, after)
