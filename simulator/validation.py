@@ -2,8 +2,8 @@
 
 A row (schema in ../shared/data/README.md) becomes a Scenario: the catalog system of its GPU,
 the catalog model with the row's MTP depth, the row's plan, and its release's recipe with the
-row's explicit flags on top. A long step is extrapolated from two short ones
-(simulator.steady_state, exact under 1F1B). Predicted TFLOP/s count FLOPs with the row's own
+row's explicit flags on top. A long step is extrapolated from short ones once they have settled,
+else simulated whole (simulator.steady_state). Predicted TFLOP/s count FLOPs with the row's own
 `flops_formula`. The error is on tokens/s where the row measured it, else on TFLOP/s:
 
     error_pct = 100 * (predicted / measured - 1)

@@ -1,6 +1,7 @@
-"""Steady-state extrapolation: a long step predicted from two short ones equals the whole
+"""Steady-state extrapolation: a long step predicted from short ones equals the whole
 simulation (its breakdown categories to within 2 % of the step), for plain and interleaved
-1F1B and DualPipeV, eager and graphed recipes, with and without all-to-all overlap."""
+1F1B and DualPipeV, eager and graphed recipes, with and without all-to-all overlap; a step
+whose short samples have not settled is simulated whole."""
 
 from __future__ import annotations
 
@@ -8,28 +9,30 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.scenario import run_scenario
-from simulator.steady_state import WARMUP_DEPTHS, run_steady_state, sample_microbatches
+from simulator import steady_state
+from simulator.scenario import Scenario, run_scenario
+from simulator.steady_state import (STEADY_TOLERANCE, WARMUP_DEPTHS, is_settled,
+                                    run_steady_state, sample_microbatches)
 from workloads.models import model_spec
 from workloads.recipes import recipe, recipe_with
 from workloads.schedules import SCHEDULES
 
 
 def test_short_steps_are_simulated_whole():
-    assert sample_microbatches(6, 2) is None
-    assert sample_microbatches(8, 2) == (4, 6)
-    assert sample_microbatches(128, 4) == (8, 12)
-    assert sample_microbatches(12, 2, "dualpipev") == (6, 8)
-    assert sample_microbatches(8, 2, "dualpipev") is None
+    assert sample_microbatches(18, 2) is None
+    assert sample_microbatches(19, 2) == (4, 6, 8)
+    assert sample_microbatches(128, 4) == (8, 12, 16)
+    assert sample_microbatches(25, 2, "dualpipev") == (6, 8, 10)
+    assert sample_microbatches(24, 2, "dualpipev") is None
     assert set(WARMUP_DEPTHS) == set(SCHEDULES)
 
 
 @pytest.mark.parametrize("plan, software, gbs", [
-    ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "mbridge-26.06", 128),
-    ({"tp": 1, "pp": 4, "ep": 4}, "mbridge-25.11", 128),
-    ({"tp": 1, "pp": 4, "vpp": 2, "ep": 4}, "mbridge-26.02", 128),
-    ({"tp": 2, "pp": 1, "ep": 8}, "mbridge-gb200-guide-2025-11", 64),
-    ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "dualpipev", 96),
+    ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "mbridge-26.06", 160),
+    ({"tp": 1, "pp": 4, "ep": 4}, "mbridge-25.11", 160),
+    ({"tp": 1, "pp": 4, "vpp": 2, "ep": 4}, "mbridge-26.02", 160),
+    ({"tp": 2, "pp": 1, "ep": 8}, "mbridge-gb200-guide-2025-11", 80),
+    ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "dualpipev", 200),
 ], ids=["pp2-vpp2-graphed", "pp4-eager", "pp4-vpp2-overlap", "pp1-guide", "pp2-dualpipev"])
 def test_extrapolation_equals_the_whole_step(make_scenario, plan, software, gbs):
     software_ = (recipe_with(recipe("mbridge-26.02"), pipeline_schedule="dualpipev",
@@ -59,3 +62,27 @@ def test_a_plan_that_does_not_fit_fails_before_the_short_runs(make_scenario):
                        plan=replace(scenario.plan, gbs=256))
     with pytest.raises(ValueError, match="GiB"):
         run_steady_state(scenario)
+
+
+def test_settled_means_the_same_period_over_each_span():
+    assert is_settled((4, 6, 8), (2.0, 3.0, 4.0))
+    assert is_settled((4, 6, 8), (2.0, 3.0, 4.0 + 0.5 * STEADY_TOLERANCE))
+    # mb2511-dsv3-gb300-256-bf16's samples: 0.5616 then 0.5681 s per micro batch.
+    assert not is_settled((4, 6, 8), (2.4359, 3.5591, 4.6953))
+
+
+@pytest.mark.parametrize("tolerance, runs", [(1.0, 3), (-1.0, 4)], ids=["settled", "unsettled"])
+def test_an_unsettled_step_is_simulated_whole(make_scenario, monkeypatch, tolerance, runs):
+    scenario = make_scenario(tp=1, pp=2, vpp=2, ep=4)
+    scenario = replace(scenario, plan=replace(scenario.plan, gbs=160))
+    microbatches: list[int] = []
+
+    def counted(run: Scenario):
+        microbatches.append(run.plan.num_microbatches)
+        return run_scenario(run)
+    monkeypatch.setattr(steady_state, "STEADY_TOLERANCE", tolerance)
+    monkeypatch.setattr(steady_state, "run_scenario", counted)
+    metrics = run_steady_state(scenario)
+    assert microbatches == [4, 6, 8, 20][:runs]
+    if runs == 4:
+        assert metrics == run_scenario(scenario).metrics
