@@ -63,11 +63,25 @@ def _key_prefix(kernel_class: KernelClass, gpu: GPUSpec) -> str:
     return gpu.architecture
 
 
+def runs_per_tensor_fp8(precision: str, gpu: GPUSpec) -> bool:
+    """Whether a recipe's FP8 GEMMs run per-tensor-scaled on a GPU whose FP8 rates are its
+    block-scaled (MXFP8) kernels' (see CostParams.per_tensor_fp8_speedup)."""
+    return precision == "fp8-cs" and gpu.architecture != "hopper"
+
+
+def _speedup(work: Work, gpu: GPUSpec, params: CostParams) -> float:
+    if (work.kernel_class in (KernelClass.GEMM, KernelClass.GROUPED_GEMM)
+            and runs_per_tensor_fp8(work.precision, gpu)):
+        return params.per_tensor_fp8_speedup
+    return 1.0
+
+
 def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     """Seconds the GPU is busy with `work` at full SM availability."""
     math_s = 0.0
     if work.flops > 0:
-        math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, gpu, params))
+        math_s = work.flops / (gpu.peak(peak_key(work.precision)) * _efficiency(work, gpu, params)
+                               * _speedup(work, gpu, params))
     bandwidth = gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency
     memory_s = work.hbm_bytes / bandwidth
     if work.kernel_class == KernelClass.UNFUSED_PERMUTE:

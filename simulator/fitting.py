@@ -38,7 +38,7 @@ from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
 from simulator.calibration import (FIRST_PRINCIPLES, FUSED, CostParams, efficiency_key,
                                    params_value, params_with)
-from simulator.costs import peak_key
+from simulator.costs import peak_key, runs_per_tensor_fp8
 from simulator.scenario import Scenario
 from simulator.validation import RowResult, row_scenario, validate_rows
 
@@ -195,6 +195,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         return gpu.host_cpu == "grace"
     if name == "te_host_cleanup_speedup":
         return recipe.te_host_cleanup
+    if name == "per_tensor_fp8_speedup":
+        return runs_per_tensor_fp8(recipe.precision, gpu)
     if name == "schedule_node_host_s":
         return host_runs_schedule_nodes(recipe) and scenario.model.is_moe
     if name == "unfused_permute_slowdown":

@@ -535,3 +535,34 @@ def test_the_output_layer_runs_at_its_measured_rate_on_blackwell_and_a_gemms_els
                    DEFAULT_PARAMS)
     assert not touches("gemm_efficiency.logits-blackwell-bf16", default_scenario(),
                        DEFAULT_PARAMS)
+
+
+def test_per_tensor_fp8_gemms_run_faster_than_mxfp8_ones_only_on_blackwell():
+    """fp8-cs GEMMs (dense and grouped) run per_tensor_fp8_speedup times as fast as the MXFP8
+    GEMMs whose rates Blackwell's FP8 keys hold; Hopper's FP8 rates are per-tensor already,
+    and attention is not a GEMM of the recipe."""
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0,
+                     per_tensor_fp8_speedup=1.25)
+
+    def seconds(kernel_class, precision, gpu):
+        work = Work(flops=1e12, hbm_bytes=0.0, kernel_class=kernel_class, precision=precision,
+                    kernels=0, graphed=False)
+        return compute_time_s(work, gpu_spec(gpu), params)
+
+    for kernel_class in (KernelClass.GEMM, KernelClass.GROUPED_GEMM):
+        for gpu in ("gb200", "gb300", "b200"):
+            assert seconds(kernel_class, "mxfp8", gpu) == pytest.approx(
+                1.25 * seconds(kernel_class, "fp8-cs", gpu))
+        assert seconds(kernel_class, "fp8-cs", "h100") == pytest.approx(
+            seconds(kernel_class, "fp8-blockwise", "h100"))
+    assert seconds(KernelClass.GEMM, "fp8-blockwise", "gb200") == pytest.approx(
+        seconds(KernelClass.GEMM, "mxfp8", "gb200"))
+    assert seconds(KernelClass.ATTENTION, "fp8-cs", "gb200") == pytest.approx(
+        seconds(KernelClass.ATTENTION, "mxfp8", "gb200"))
+    per_tensor = _scenario(recipe_with(recipe("mbridge-26.06"), precision="fp8-cs"))
+    assert touches("per_tensor_fp8_speedup", per_tensor, params)
+    assert not touches("per_tensor_fp8_speedup", _scenario(recipe("mbridge-26.06")), params)
+    on_h100 = replace(per_tensor, system=load_system("dgx-h100"))
+    assert not touches("per_tensor_fp8_speedup", on_h100, params)
+    with pytest.raises(ValueError, match="per_tensor_fp8_speedup=0.9: must be >= 1"):
+        replace(DEFAULT_PARAMS, per_tensor_fp8_speedup=0.9)
