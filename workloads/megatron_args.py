@@ -163,7 +163,8 @@ _SWITCHES = """--group-query-attention --multi-latent-attention --swiglu
     --use-distributed-optimizer --use-megatron-fsdp --use-torch-fsdp2 --bf16 --fp16
     --moe-enable-deepep --enable-cuda-graph --external-cuda-graph --delay-wgrad-compute
     --overlap-moe-expert-parallel-comm --moe-shared-expert-overlap --overlap-grad-reduce
-    --overlap-param-gather --recompute-activations --fp8-dot-product-attention --fp8-param-gather
+    --overlap-param-gather --tp-comm-overlap --recompute-activations --fp8-dot-product-attention
+    --fp8-param-gather
     --grad-reduce-in-bf16 --grad-reduce-in-fp32 --accumulate-allreduce-grads-in-fp32
     --use-precision-aware-optimizer --qk-layernorm --disable-bias-linear --add-bias-linear
     --moe-router-fusion --moe-permute-fusion NCCL_NVLS_ENABLE NVTE_NORM_FWD_USE_CUDNN

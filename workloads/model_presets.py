@@ -12,8 +12,9 @@ those versions): a2a overlap off unless set, recompute off unless set, the cuDNN
 environment removed except for some Llama runs (and, from 26.02, DeepSeek-V3 FP8-MX on
 GB200/GB300), router fusion on for Qwen3 and GPT-OSS.
 
-`model_preset(release, model, gpu, precision)` returns the recipe changes; a row's explicit
-flags still override them.
+NeMo's performance scripts (`scripts/performance/llm/pretrain_llama3*.py`) are the source of
+the one NeMo preset, Llama's TP comm overlap. `model_preset(release, model, gpu, precision)`
+returns the recipe changes; a row's explicit flags still override them.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ MBRIDGE_26_06_ON = ("mbridge-26.06", "mbridge-26.06.01", "mbridge-26.08")
 MBRIDGE_26 = ("mbridge-26.02", "mbridge-26.04", *MBRIDGE_26_06_ON)
 MBRIDGE_26_04_ON = ("mbridge-26.04", *MBRIDGE_26_06_ON)
 MBRIDGE = MBRIDGE_25_09 + MBRIDGE_25_11 + MBRIDGE_26
+NEMO = ("nemo-24.07", "nemo-25.02", "nemo-25.04", "nemo-25.07")
 ANY = ()
 
 QWEN3 = ("qwen3-30b-a3b", "qwen3-235b-a22b")
@@ -119,6 +121,13 @@ PRESETS: tuple[Preset, ...] = (
     _preset(GPT_OSS, ("gb200", "gb300"), MBRIDGE_26_06_ON, ("mxfp8",),
             cuda_graphs="full", a2a_overlap=True, fp8_attention=True, recompute_modules=(),
             rank_capacity_factor=1.5, fused_grouped_mlp=True, **HYBRIDEP),
+    # Llama 3: TE's userbuffers overlap of the sequence-parallel TP collectives, except in
+    # NVFP4 (llama3_llm_pretrain.py and llama31_llm_pretrain.py @0013c9a8: the recipes'
+    # CommOverlapConfig(tp_comm_overlap=True), then "tp_comm_overlap = False if precision ==
+    # 'nvfp4'"; NeMo's scripts/performance/llm/pretrain_llama3*.py give 70B and 405B their
+    # userbuffers configs and require the overlap callback, "Required for performance").
+    _preset(LLAMA, ANY, MBRIDGE + NEMO, tp_comm_overlap=True),
+    _preset(LLAMA, ANY, MBRIDGE + NEMO, ("nvfp4",), tp_comm_overlap=False),
     # Llama 3: 70B FSDP runs offload activations of some layers to the host (cpu_offloading_
     # num_layers: GB200 FP8-CS 40, BF16 20; GB300 FP8-CS 20, BF16 30; B200 FP8-CS 5) and keep the
     # cuDNN LayerNorm env on GB200/GB300 (70B BF16/FP8-CS, 405B FP8-CS).

@@ -50,6 +50,10 @@ class Recipe:
         per-expert counts on the device and skip the rest of the buffer).
     grad_reduce_dtype_bytes: bytes per gradient element in the grad buffer and its reduction.
     fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
+    tp_comm_overlap: --tp-comm-overlap (TE userbuffers, needs TP >= 2 and sequence parallelism):
+        each sequence-parallel all-gather and reduce-scatter is split into TP chunks pipelined
+        with the GEMM it feeds or drains, so it runs beside that GEMM instead of before or
+        after it.
     optimizer_state_bytes_per_param: main params + both Adam moments (see module docstring).
     nccl_nvls: NCCL may use NVLink SHARP (in-switch reduction) collectives.
     activation_offload_layers: --cpu-offloading-num-layers: that many layers of each rank keep
@@ -106,6 +110,7 @@ class Recipe:
     rank_capacity_factor: float | None = None
     grad_reduce_dtype_bytes: int = 4
     fp8_param_gather: bool = False
+    tp_comm_overlap: bool = False
     optimizer_state_bytes_per_param: float = 12.0
     nccl_nvls: bool = True
     activation_offload_layers: int = 0

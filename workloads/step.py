@@ -399,16 +399,36 @@ class _Step:
         order = ATTENTION_BLOCKS if unit.phase == "F" else ATTENTION_BLOCKS[::-1]
         last = after
         for block in order:
-            if block == "attn_proj" and unit.phase == "F":
-                last = self._tp(rank, unit, f"{name}.attn.ag", Op.ALL_GATHER, last)
             work = self._attention_blocks(layer)[block]
-            if block == "core_attn" and self.plan.cp > 1:
+            if block == "attn_proj":
+                last = self._projections(rank, unit, name, work, last)
+            elif block == "core_attn" and self.plan.cp > 1:
                 last = (self._ring_attention(rank, unit, f"{name}.{block}", layer, last),)
             else:
                 last = (self._compute(rank, unit, f"{name}.{block}", work, last),)
-            if block == "attn_proj" and unit.phase == "B":
-                last = self._tp(rank, unit, f"{name}.attn.rs", Op.REDUCE_SCATTER, last)
-        return last[0]
+        return last[0] if len(last) == 1 else self._join(rank, f"{name}.attn", last,
+                                                         unit.microbatch, unit.chunk)
+
+    def _overlaps_tp(self) -> bool:
+        return self.recipe.tp_comm_overlap and self.plan.tp > 1
+
+    def _projections(self, rank: int, unit: Unit, name: str, work: blk.BlockWork,
+                     after: tuple[str, ...]) -> tuple[str, ...]:
+        """The attention projections with their TP collective: an all-gather before them
+        forward, a reduce-scatter after them backward; with TP comm overlap, beside them
+        (`_reduce_scatter_beside`)."""
+        forward = unit.phase == "F"
+        op, collective = ((Op.ALL_GATHER, f"{name}.attn.ag") if forward
+                          else (Op.REDUCE_SCATTER, f"{name}.attn.rs"))
+        if self._overlaps_tp():
+            proj = self._compute(rank, unit, f"{name}.attn_proj", work, after)
+            if forward:
+                return (proj, *self._tp(rank, unit, collective, op, after))
+            return self._reduce_scatter_beside(rank, unit, collective, (proj,), after)
+        if forward:
+            after = self._tp(rank, unit, collective, op, after)
+        proj = self._compute(rank, unit, f"{name}.attn_proj", work, after)
+        return (proj,) if forward else self._tp(rank, unit, collective, op, (proj,))
 
     def _ring_blocks(self, layer: int) -> tuple[blk.BlockWork, blk.BlockWork]:
         """One ring step of `layer`'s core attention and the kernels that merge the steps."""
@@ -482,6 +502,13 @@ class _Step:
         return self._ring_pairs[rank]
 
     def _dense(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
+        """The dense MLP between its TP all-gather and reduce-scatter; with TP comm overlap,
+        both run beside it."""
+        if self._overlaps_tp():
+            mlp = self._compute(rank, unit, f"{name}.mlp", self.mlp, after)
+            gather = self._tp(rank, unit, f"{name}.mlp.ag", Op.ALL_GATHER, after)
+            return self._reduce_scatter_beside(rank, unit, f"{name}.mlp.rs", (mlp, *gather),
+                                               after)[0]
         last = self._tp(rank, unit, f"{name}.mlp.ag", Op.ALL_GATHER, after)
         last = (self._compute(rank, unit, f"{name}.mlp", self.mlp, last),)
         return self._tp(rank, unit, f"{name}.mlp.rs", Op.REDUCE_SCATTER, last)[0]
@@ -583,12 +610,21 @@ class _Step:
         return self.g.add(name, after=after, rank=rank, lane=Lane.EP, category="ep",
                           collective=collective, microbatch=unit.microbatch, chunk=unit.chunk)
 
-    def _tp(self, rank: int, unit: Unit, name: str, op: Op,
-            after: tuple[str, ...]) -> tuple[str, ...]:
+    def _reduce_scatter_beside(self, rank: int, unit: Unit, name: str, gemm: tuple[str, ...],
+                               after: tuple[str, ...]) -> tuple[str, ...]:
+        """A reduce-scatter pipelined with the GEMM whose output it reduces, in TP chunks:
+        all but the last chunk's share run beside the GEMM, the last after it."""
+        share = 1 / self.plan.tp
+        beside = self._tp(rank, unit, name, Op.REDUCE_SCATTER, after, 1 - share)
+        return self._tp(rank, unit, f"{name}.last", Op.REDUCE_SCATTER, (*gemm, *beside), share)
+
+    def _tp(self, rank: int, unit: Unit, name: str, op: Op, after: tuple[str, ...],
+            share: float = 1.0) -> tuple[str, ...]:
+        """A TP collective of the layer's sequence-parallel activations (`share` of them)."""
         if self.plan.tp == 1:
             return after
         nbytes = self.plan.mbs * self.plan.seq_len / self.plan.cp * self.model.hidden_size \
-            * blk.BF16_BYTES
+            * blk.BF16_BYTES * share
         collective = self._collective(op, "tp", rank, name.split("/", 1)[1], nbytes, "nccl")
         assert collective is not None
         return (self.g.add(name, after=after, rank=rank, lane=Lane.TP, category="tp",
