@@ -503,7 +503,7 @@ class _Step:
 
     def _dense(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
         """The dense MLP between its TP all-gather and reduce-scatter; with TP comm overlap,
-        both run beside it."""
+        the gather beside it and the reduce-scatter pipelined with it (`_reduce_scatter_beside`)."""
         if self._overlaps_tp():
             mlp = self._compute(rank, unit, f"{name}.mlp", self.mlp, after)
             gather = self._tp(rank, unit, f"{name}.mlp.ag", Op.ALL_GATHER, after)
