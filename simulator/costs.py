@@ -66,7 +66,7 @@ def _key_prefix(kernel_class: KernelClass, gpu: GPUSpec) -> str:
 def runs_per_tensor_fp8(precision: str, gpu: GPUSpec) -> bool:
     """Whether a recipe's FP8 GEMMs run per-tensor-scaled on a GPU whose FP8 rates are its
     block-scaled (MXFP8) kernels' (see CostParams.per_tensor_fp8_speedup)."""
-    return precision == "fp8-cs" and gpu.architecture != "hopper"
+    return precision == "fp8-cs" and gpu.block_scaled
 
 
 def _speedup(work: Work, gpu: GPUSpec, params: CostParams) -> float:

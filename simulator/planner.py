@@ -50,7 +50,7 @@ def _fits(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, system: SystemSp
 
 def recipe_for(system: SystemSpec, recipe: Recipe) -> Recipe:
     """Hopper has no MXFP8: its FP8 runs with per-tensor scaling."""
-    if system_gpu(system).architecture == "hopper" and recipe.precision in BLOCK_SCALED_PRECISIONS:
+    if not system_gpu(system).block_scaled and recipe.precision in BLOCK_SCALED_PRECISIONS:
         return replace(recipe, precision="fp8-cs")
     return recipe
 

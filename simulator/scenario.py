@@ -199,7 +199,7 @@ def check_scenario(scenario: Scenario) -> MemoryEstimate:
     plan, recipe_ = scenario.plan, scenario.recipe
     validate_plan(plan, scenario.model)
     gpu = system_gpu(scenario.system)
-    if recipe_.precision in BLOCK_SCALED_PRECISIONS and gpu.architecture == "hopper":
+    if recipe_.precision in BLOCK_SCALED_PRECISIONS and not gpu.block_scaled:
         raise ValueError(f"precision={recipe_.precision!r}: gpu '{gpu.name}' (Hopper) has no "
                          f"block-scaled tensor cores; use fp8-cs, fp8-blockwise or bf16")
     check_schedule(recipe_.pipeline_schedule, plan.pp, plan.vpp, plan.num_microbatches)

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 PRECISION_KEYS = ("bf16", "fp8", "nvfp4")
 # GPU generations whose kernels behave alike (the cost model keys efficiencies by them).
 ARCHITECTURES = ("hopper", "blackwell", "blackwell-ultra")
+# Generations with block-scaled tensor cores (MXFP8, NVFP4); Hopper scales FP8 per tensor.
+BLOCK_SCALED_ARCHITECTURES = ("blackwell", "blackwell-ultra")
 """Peak keys: fp8 also serves MXFP8 and FP8 blockwise (same tensor-core peak); nvfp4 is optional."""
 # The CPU that launches a GPU's kernels: an x86 server CPU (DGX/HGX nodes) or the Grace CPU
 # of a Grace-Blackwell superchip (GB200/GB300).
@@ -100,6 +102,11 @@ class GPUSpec:
         _require_count(owner, "nvlink_generation", self.nvlink_generation)
         _require_count(owner, "nvlink_links", self.nvlink_links)
         _require_positive(owner, "nvlink_bandwidth_bytes_per_s", self.nvlink_bandwidth_bytes_per_s)
+
+    @property
+    def block_scaled(self) -> bool:
+        """Whether the tensor cores run block-scaled formats (MXFP8, NVFP4)."""
+        return self.architecture in BLOCK_SCALED_ARCHITECTURES
 
     def peak(self, precision_key: str) -> float:
         """Dense tensor-core peak in FLOP/s for "bf16", "fp8" or "nvfp4"."""

@@ -406,8 +406,7 @@ class _Step:
                 last = (self._ring_attention(rank, unit, f"{name}.{block}", layer, last),)
             else:
                 last = (self._compute(rank, unit, f"{name}.{block}", work, last),)
-        return last[0] if len(last) == 1 else self._join(rank, f"{name}.attn", last,
-                                                         unit.microbatch, unit.chunk)
+        return last[0]
 
     def _overlaps_tp(self) -> bool:
         return self.recipe.tp_comm_overlap and self.plan.tp > 1
