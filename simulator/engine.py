@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable, Generator, Mapping
 
 import numpy as np
@@ -70,16 +71,20 @@ class _SMShare:
         self._held = 0
         self._remaining_s = 0.0
         self._last_s = 0.0
-        self._done: simpy.Event | None = None
+        self._on_done: Callable[[], None] | None = None
         self._generation = 0
 
-    def run(self, seconds: float) -> simpy.Event:
+    def run(self, seconds: float, on_done: Callable[[], None]) -> None:
+        """Run `seconds` of compute at full speed; call `on_done` when it is done."""
         self._remaining_s, self._last_s = seconds, self._env.now
-        self._done = self._env.event()
+        self._on_done = on_done
         self._reschedule()
-        return self._done
 
     def hold(self, sms: int) -> None:
+        """Take `sms` SMs from compute (give them back with a negative count); with none the
+        running task's finish stands as scheduled."""
+        if sms == 0:
+            return
         self._advance()
         self._held += sms
         self._reschedule()
@@ -88,12 +93,12 @@ class _SMShare:
         return max(self._sm_count - self._held, 1) / self._sm_count
 
     def _advance(self) -> None:
-        if self._done is not None:
+        if self._on_done is not None:
             self._remaining_s -= (self._env.now - self._last_s) * self._rate()
         self._last_s = self._env.now
 
     def _reschedule(self) -> None:
-        if self._done is None:
+        if self._on_done is None:
             return
         self._generation += 1
         generation = self._generation
@@ -101,10 +106,10 @@ class _SMShare:
         timer.callbacks.append(lambda _: self._finish(generation))
 
     def _finish(self, generation: int) -> None:
-        if generation != self._generation or self._done is None:
+        if generation != self._generation or self._on_done is None:
             return
-        done, self._done = self._done, None
-        done.succeed()
+        on_done, self._on_done = self._on_done, None
+        on_done()
 
 
 class _Replay:
@@ -150,10 +155,11 @@ class _Replay:
             launched = sorted(tasks, key=lambda t: t.position)
             kernels = [t for t in launched if t.lane == Lane.COMPUTE]
             for before, task in zip([None, *kernels], kernels):
-                self.env.process(self._kernel(task, before))
+                after = [] if before is None else [self.done[before.id]]
+                self._when_ready(task, after, partial(self._start_kernel, task))
             for task in launched:
                 if task.lane != Lane.COMPUTE:
-                    self.env.process(self._task(task))
+                    self._when_ready(task, [], partial(self._start_task, task))
             self.env.process(self._host(launched))
         self.env.run()
         unfinished = [t.name for t in self.graph.tasks if not self.done[t.id].triggered]
@@ -180,38 +186,55 @@ class _Replay:
             self.issued_s[task.id] = self.env.now
             self.issued[task.id].succeed()
 
+    def _when_ready(self, task: Task, more: list[simpy.Event],
+                    start: Callable[[], object]) -> None:
+        """Call `start` once the host has launched `task`, its dependencies are done and the
+        events `more` have happened."""
+        waits = [self.done[d] for d in task.deps] + [self.issued[task.id]] + more
+        pending = len(waits)
+
+        def arrived(_: simpy.Event) -> None:
+            nonlocal pending
+            pending -= 1
+            if pending == 0:
+                start()
+
+        for event in waits:
+            event.callbacks.append(arrived)
+
+    def _start_task(self, task: Task) -> None:
+        self.env.process(self._task(task))
+
     def _task(self, task: Task) -> Generator[simpy.Event, None, None]:
-        yield self.env.all_of([self.done[d] for d in task.deps] + [self.issued[task.id]])
         if task.collective is not None and len(task.collective.members) > 1:
             yield from self._joint(task, task.collective)
             return
         self._preempt_waiting(task)
         with self._lane(task.rank, task.lane).request(priority=task.position) as request:
             yield request
-            yield from self._execute(task)
+            yield from self._communicate(task)
         self.done[task.id].succeed()
 
-    def _kernel(self, task: Task, before: Task | None) -> Generator[simpy.Event, None, None]:
-        """A task of the compute lane, a CUDA stream: it starts once launched, once its inputs
-        are ready and once the kernel launched `before` it on that stream has ended."""
-        waits = [self.done[d] for d in task.deps] + [self.issued[task.id]]
-        if before is not None:
-            waits.append(self.done[before.id])
-        yield self.env.all_of(waits)
-        yield from self._execute(task)
-        self.done[task.id].succeed()
-
-    def _execute(self, task: Task) -> Generator[simpy.Event, None, None]:
-        """Run a task that holds its lane: its compute on the GPU's SMs, or its collective."""
+    def _start_kernel(self, task: Task) -> None:
+        """Run a task of the compute lane, a CUDA stream: once launched, once its inputs are
+        ready and once the kernel launched before it on that stream has ended."""
+        assert task.work is not None
         start_s = self.env.now
-        if task.work is not None:
-            seconds = compute_time_s(task.work, self.topology.gpu, self.params)
-            if self.slowdown:
-                seconds *= self.slowdown.get(task.rank, 1.0)
-            yield self.sm[task.rank].run(seconds)
-        else:
-            assert task.collective is not None
-            yield self._arrive(task.collective)
+        seconds = compute_time_s(task.work, self.topology.gpu, self.params)
+        if self.slowdown:
+            seconds *= self.slowdown.get(task.rank, 1.0)
+
+        def finished() -> None:
+            self._record(task, start_s)
+            self.done[task.id].succeed()
+
+        self.sm[task.rank].run(seconds, finished)
+
+    def _communicate(self, task: Task) -> Generator[simpy.Event, None, None]:
+        """Run a collective of one simulated member that holds its lane."""
+        assert task.collective is not None
+        start_s = self.env.now
+        yield self._arrive(task.collective)
         self._record(task, start_s)
 
     def _joint(self, task: Task, collective: Collective) -> Generator[simpy.Event, None, None]:

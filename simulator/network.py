@@ -180,8 +180,11 @@ def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> 
 
 @dataclass(slots=True)
 class _Transfer:
+    """The live classes of one started transfer and the bytes each flow of them has left
+    (plain floats: a transfer has a handful of classes, too few for numpy to pay off)."""
+
     classes: list[FlowClass]
-    remaining_bytes: np.ndarray
+    remaining_bytes: list[float]
     on_done: Callable[[], object]
 
 
@@ -197,8 +200,9 @@ class FluidNetwork:
     now: Callable[[], float]
     schedule: Callable[[float, Callable[[], object]], None]
     _transfers: dict[int, _Transfer] = field(default_factory=dict)
-    _rates: dict[int, np.ndarray] = field(default_factory=dict)
-    _memo: dict[tuple[int, ...], tuple[list[FlowShape], np.ndarray]] = field(default_factory=dict)
+    _rates: dict[int, list[float]] = field(default_factory=dict)
+    _memo: dict[tuple[int, ...], tuple[list[FlowShape], list[float]]] = field(
+        default_factory=dict)
     _next_id: int = 0
     _generation: int = 0
     _last_s: float = 0.0
@@ -210,7 +214,7 @@ class FluidNetwork:
         if not live:
             self.schedule(0.0, on_done)
             return
-        remaining = np.array([c.bytes_per_flow for c in live])
+        remaining = [float(c.bytes_per_flow) for c in live]
         self._transfers[self._next_id] = _Transfer(live, remaining, on_done)
         self._next_id += 1
         self._replan()
@@ -221,8 +225,8 @@ class FluidNetwork:
         if elapsed <= 0:
             return
         for tid, transfer in self._transfers.items():
-            transfer.remaining_bytes = np.maximum(
-                transfer.remaining_bytes - self._rates[tid] * elapsed, 0.0)
+            transfer.remaining_bytes = [max(left - rate * elapsed, 0.0) for left, rate
+                                        in zip(transfer.remaining_bytes, self._rates[tid])]
 
     def _replan(self) -> None:
         self._generation += 1
@@ -235,13 +239,11 @@ class FluidNetwork:
         self.schedule(max(horizon, 0.0), lambda: self._wake(generation))
 
     @staticmethod
-    def _time_to_first_finish(transfer: _Transfer, rates: np.ndarray) -> float:
-        moving = transfer.remaining_bytes > 0
-        if not moving.any():
-            return 0.0
-        return float(np.min(transfer.remaining_bytes[moving] / rates[moving]))
+    def _time_to_first_finish(transfer: _Transfer, rates: list[float]) -> float:
+        return min((left / rate for left, rate in zip(transfer.remaining_bytes, rates)
+                    if left > 0), default=0.0)
 
-    def _solve(self) -> dict[int, np.ndarray]:
+    def _solve(self) -> dict[int, list[float]]:
         """Rates of the live classes, memoised on the set of live shapes (kept by the memo)."""
         entries = sorted(((id(c.shape), tid, k, c.shape) for tid, t in self._transfers.items()
                           for k, c in enumerate(t.classes) if t.remaining_bytes[k] > 0),
@@ -249,9 +251,9 @@ class FluidNetwork:
         key = tuple(entry[0] for entry in entries)
         if key not in self._memo:
             shapes = [entry[3] for entry in entries]
-            self._memo[key] = (shapes, max_min_rates(shapes, self.capacity_bytes_per_s))
+            self._memo[key] = (shapes, max_min_rates(shapes, self.capacity_bytes_per_s).tolist())
         solved = self._memo[key][1]
-        rates = {tid: np.zeros(len(t.classes)) for tid, t in self._transfers.items()}
+        rates = {tid: [0.0] * len(t.classes) for tid, t in self._transfers.items()}
         for position, (_, tid, k, _) in enumerate(entries):
             rates[tid][k] = solved[position]
         return rates
@@ -261,14 +263,14 @@ class FluidNetwork:
             return
         self._advance()
         for tid, transfer in self._transfers.items():
-            transfer.remaining_bytes[self._finished_classes(transfer, self._rates[tid])] = 0.0
-        finished = [tid for tid, t in self._transfers.items() if not t.remaining_bytes.any()]
+            transfer.remaining_bytes = [
+                0.0 if self._finished(c, left, rate) else left for c, left, rate
+                in zip(transfer.classes, transfer.remaining_bytes, self._rates[tid])]
+        finished = [tid for tid, t in self._transfers.items() if not any(t.remaining_bytes)]
         for tid in finished:
             self._transfers.pop(tid).on_done()
         self._replan()
 
     @staticmethod
-    def _finished_classes(transfer: _Transfer, rates: np.ndarray) -> np.ndarray:
-        sizes = np.array([c.bytes_per_flow for c in transfer.classes])
-        return ((transfer.remaining_bytes <= _RELATIVE_EPS * sizes)
-                | (transfer.remaining_bytes <= rates * _TIME_EPS_S))
+    def _finished(flow_class: FlowClass, left: float, rate: float) -> bool:
+        return left <= _RELATIVE_EPS * flow_class.bytes_per_flow or left <= rate * _TIME_EPS_S

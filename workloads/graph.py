@@ -116,7 +116,7 @@ class Collective:
         if self.nvlink_efficiency is not None and not 0 < self.nvlink_efficiency <= 1:
             raise ValueError(f"collective {self.key}: nvlink_efficiency="
                              f"{self.nvlink_efficiency} must be in (0, 1]")
-        if not self.groups or any(len(g) < 2 for g in self.groups):
+        if not self.groups or min(map(len, self.groups)) < 2:
             raise ValueError(f"collective {self.key}: every group needs >= 2 ranks")
 
 
