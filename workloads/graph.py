@@ -13,6 +13,7 @@ what-if partly unfolds the step) and stands for `gpus_per_rank` GPUs.
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -234,15 +235,27 @@ class GraphBuilder:
         return TaskGraph(tasks, simulated_ranks, gpus_per_rank)
 
     def _topological_order(self) -> list[str]:
-        graph = nx.DiGraph()
-        graph.add_nodes_from(self._fields)
+        """Kahn's algorithm, the earliest-added ready task first: the order networkx's
+        lexicographical_topological_sort gives, without building a DiGraph of every task."""
+        names = list(self._fields)
+        index = {name: i for i, name in enumerate(names)}
+        waiting = [0] * len(names)
+        dependents: list[list[int]] = [[] for _ in names]
         for name, deps in self._deps.items():
-            for dep in deps:
-                if dep not in self._fields:
+            for dep in dict.fromkeys(deps):
+                if dep not in index:
                     raise ValueError(f"task graph: {name!r} depends on unknown task {dep!r}")
-                graph.add_edge(dep, name)
-        position = {name: i for i, name in enumerate(self._fields)}
-        try:
-            return list(nx.lexicographical_topological_sort(graph, key=position.__getitem__))
-        except nx.NetworkXUnfeasible:
-            raise ValueError("task graph: the dependencies form a cycle") from None
+                dependents[index[dep]].append(index[name])
+                waiting[index[name]] += 1
+        ready = [i for i, count in enumerate(waiting) if count == 0]
+        order = []
+        while ready:
+            i = heapq.heappop(ready)
+            order.append(names[i])
+            for j in dependents[i]:
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    heapq.heappush(ready, j)
+        if len(order) < len(names):
+            raise ValueError("task graph: the dependencies form a cycle")
+        return order
