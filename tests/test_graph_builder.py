@@ -28,8 +28,8 @@ def test_ids_follow_the_earliest_added_ready_task_as_networkx_orders_them():
     builder = GraphBuilder()
     added = rng.sample(names, len(names))
     for name in added:
-        after = tuple(rng.sample([n for n in names if rank[n] < rank[name]],
-                                 k=min(3, sum(rank[n] < rank[name] for n in names))))
+        earlier = [n for n in names if rank[n] < rank[name]]
+        after = tuple(rng.sample(earlier, k=min(3, len(earlier))))
         _add(builder, name, after + after[:1])
         reference.add_node(name)
         reference.add_edges_from((dep, name) for dep in after)

@@ -224,23 +224,23 @@ class GraphBuilder:
 
     def build(self, simulated_ranks: tuple[int, ...],
               gpus_per_rank: tuple[int, ...] = ()) -> TaskGraph:
-        order = self._topological_order()
+        names = list(self._fields)
+        index = {name: i for i, name in enumerate(names)}
+        order = [names[i] for i in self._topological_order(index)]
         ids = {name: i for i, name in enumerate(order)}
-        positions = {name: i for i, name in enumerate(self._fields)}
         tasks = tuple(Task(id=ids[name], name=name,
                            deps=tuple(sorted(ids[d] for d in self._deps[name])),
-                           position=positions[name],
+                           position=index[name],
                            **self._fields[name])  # type: ignore[arg-type]
                       for name in order)
         return TaskGraph(tasks, simulated_ranks, gpus_per_rank)
 
-    def _topological_order(self) -> list[str]:
-        """Kahn's algorithm, the earliest-added ready task first: the order networkx's
+    def _topological_order(self, index: dict[str, int]) -> list[int]:
+        """The tasks' insertion indices (`index` maps names to them) in a topological order,
+        the earliest-added ready task first: Kahn's algorithm over a heap, the order networkx's
         lexicographical_topological_sort gives, without building a DiGraph of every task."""
-        names = list(self._fields)
-        index = {name: i for i, name in enumerate(names)}
-        waiting = [0] * len(names)
-        dependents: list[list[int]] = [[] for _ in names]
+        waiting = [0] * len(index)
+        dependents: list[list[int]] = [[] for _ in index]
         for name, deps in self._deps.items():
             for dep in dict.fromkeys(deps):
                 if dep not in index:
@@ -251,11 +251,11 @@ class GraphBuilder:
         order = []
         while ready:
             i = heapq.heappop(ready)
-            order.append(names[i])
+            order.append(i)
             for j in dependents[i]:
                 waiting[j] -= 1
                 if waiting[j] == 0:
                     heapq.heappush(ready, j)
-        if len(order) < len(names):
+        if len(order) < len(index):
             raise ValueError("task graph: the dependencies form a cycle")
         return order
