@@ -54,12 +54,15 @@ class FlowShape:
 
     ecmp_ports: per link, the physical ports a flow's QPs are statically hashed onto (0: not
     hashed); empty when no link is. ecmp_qps_per_flow: independently hashed QPs per flow.
+    link_array and count_array: links and counts as numpy arrays, made once for the solver.
     """
 
     links: tuple[int, ...]
     counts: tuple[int, ...]
     ecmp_ports: tuple[int, ...] = ()
     ecmp_qps_per_flow: int = 1
+    link_array: np.ndarray = field(init=False, repr=False, compare=False)
+    count_array: np.ndarray = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if len(self.links) != len(self.counts) or not self.links:
@@ -72,6 +75,13 @@ class FlowShape:
         if self.ecmp_qps_per_flow < 1:
             raise ValueError(f"flow shape: ecmp_qps_per_flow must be >= 1, "
                              f"got {self.ecmp_qps_per_flow}")
+        object.__setattr__(self, "link_array", _read_only(np.array(self.links, dtype=np.int64)))
+        object.__setattr__(self, "count_array", _read_only(np.array(self.counts, dtype=float)))
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    values.flags.writeable = False
+    return values
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -123,16 +133,22 @@ def ecmp_capacity_share(balls: int, bins: int) -> float:
     return balls / bins / expected_max_load(balls, bins)
 
 
-def _usage(shapes: list[FlowShape]) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+def _usage(shapes: list[FlowShape],
+           num_links: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
     """The links the shapes cross (sorted), each shape's rows among them, and the flows of
-    each shape on each link (rows: links, columns: shapes)."""
-    columns = [np.asarray(shape.links) for shape in shapes]
-    links = np.unique(np.concatenate(columns))
-    rows = [np.searchsorted(links, column) for column in columns]
-    usage = np.zeros((len(links), len(shapes)))
-    for k, (index, shape) in enumerate(zip(rows, shapes)):
-        np.add.at(usage[:, k], index, shape.counts)
-    return links, rows, usage
+    each shape on each link (rows: links, columns: shapes); links are numbered below
+    `num_links`."""
+    sizes = [len(shape.links) for shape in shapes]
+    crossed = np.concatenate([shape.link_array for shape in shapes])
+    counts = np.concatenate([shape.count_array for shape in shapes])
+    is_crossed = np.zeros(num_links, dtype=bool)
+    is_crossed[crossed] = True
+    links = np.flatnonzero(is_crossed)
+    row_of = (np.cumsum(is_crossed) - 1)[crossed]
+    cells = row_of * len(shapes) + np.repeat(np.arange(len(shapes)), sizes)
+    usage = np.bincount(cells, weights=counts, minlength=len(links) * len(shapes))
+    rows = np.split(row_of, np.cumsum(sizes)[:-1])
+    return links, rows, usage.reshape(len(links), len(shapes))
 
 
 def _ecmp_shares(shapes: list[FlowShape], rows: list[np.ndarray],
@@ -159,7 +175,7 @@ def _ecmp_shares(shapes: list[FlowShape], rows: list[np.ndarray],
 def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> np.ndarray:
     """Per-flow rate (bytes/s) of each shape under max-min fairness (progressive filling),
     on link capacities cut to what static ECMP hashing delivers where links are hashed."""
-    links, rows, usage = _usage(shapes)
+    links, rows, usage = _usage(shapes, len(capacity_bytes_per_s))
     full = capacity_bytes_per_s[links].astype(float)
     shares = _ecmp_shares(shapes, rows, usage)
     if shares is not None:
@@ -168,7 +184,7 @@ def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> 
     rates = np.zeros(len(shapes))
     active = np.ones(len(shapes), dtype=bool)
     while active.any():
-        load = usage[:, active].sum(axis=1)
+        load = usage @ active  # whole counts: exact in any order of summation
         used = load > 0
         step = np.min(capacity[used] / load[used])
         rates[active] += step

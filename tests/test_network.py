@@ -50,6 +50,14 @@ def test_flow_counts_multiply_link_usage():
     assert rates == pytest.approx([20.0, 20.0])
 
 
+def test_a_link_a_shape_names_twice_carries_both_counts():
+    # The first class names link 2 twice (1 + 2 flows) and link 0 once; with the second
+    # class's one flow, link 2's 100 B/s is cut into four equal shares.
+    twice = FlowShape(links=(2, 0, 2), counts=(1, 1, 2))
+    rates = max_min_rates([twice, _shape(2)], np.array([1000.0, 5.0, 100.0]))
+    assert rates.tolist() == [25.0, 25.0]
+
+
 def test_bandwidth_is_handed_back_when_a_flow_ends():
     # 1 B/s link; flows of 1 and 3 bytes start together: 0.5 B/s each until t=2, then the
     # second has 2 bytes left at 1 B/s: done at t=4.
