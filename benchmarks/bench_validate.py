@@ -34,8 +34,15 @@ def main() -> None:
     options.add_argument("--jobs", type=int, default=2)
     options.add_argument("--slowest", type=int, default=10)
     args = options.parse_args()
+    for name in ("jobs", "slowest"):
+        if getattr(args, name) < 1:
+            options.error(f"--{name}={getattr(args, name)}: must be >= 1")
+    try:
+        rows = read_measurements(args.file)
+    except ValueError as error:
+        options.error(str(error))
     timed: list[tuple[float, str]] = []
-    for row in read_measurements(args.file):
+    for row in rows:
         start = time.perf_counter()
         validate_row(row)
         timed.append((time.perf_counter() - start, row["name"]))
