@@ -133,11 +133,9 @@ def ecmp_capacity_share(balls: int, bins: int) -> float:
     return balls / bins / expected_max_load(balls, bins)
 
 
-def _usage(shapes: list[FlowShape],
-           num_links: int) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
-    """The links the shapes cross (sorted), each shape's rows among them, and the flows of
-    each shape on each link (rows: links, columns: shapes); links are numbered below
-    `num_links`."""
+def _usage(shapes: list[FlowShape], num_links: int) -> tuple[np.ndarray, np.ndarray]:
+    """The links the shapes cross (sorted) and the flows of each shape on each of them (rows:
+    links, columns: shapes); links are numbered below `num_links`."""
     sizes = [len(shape.links) for shape in shapes]
     crossed = np.concatenate([shape.link_array for shape in shapes])
     counts = np.concatenate([shape.count_array for shape in shapes])
@@ -147,27 +145,27 @@ def _usage(shapes: list[FlowShape],
     row_of = (np.cumsum(is_crossed) - 1)[crossed]
     cells = row_of * len(shapes) + np.repeat(np.arange(len(shapes)), sizes)
     usage = np.bincount(cells, weights=counts, minlength=len(links) * len(shapes))
-    rows = np.split(row_of, np.cumsum(sizes)[:-1])
-    return links, rows, usage.reshape(len(links), len(shapes))
+    return links, usage.reshape(len(links), len(shapes))
 
 
-def _ecmp_shares(shapes: list[FlowShape], rows: list[np.ndarray],
+def _ecmp_shares(shapes: list[FlowShape], links: np.ndarray,
                  usage: np.ndarray) -> np.ndarray | None:
-    """Per link row, the capacity share static hashing leaves (None if no link is hashed).
+    """Per row of `links`, the capacity share static hashing leaves (None if no link is hashed).
 
     A link's port count is the link's own, so every shape crossing it names the same one.
     """
-    hashed = [k for k, shape in enumerate(shapes) if shape.ecmp_ports]
+    hashed = [shape for shape in shapes if shape.ecmp_ports]
     if not hashed:
         return None
     ports = np.zeros(len(usage), dtype=np.int64)
-    for k in hashed:
-        ports[rows[k]] = shapes[k].ecmp_ports
+    for shape in hashed:
+        ports[np.searchsorted(links, shape.link_array)] = shape.ecmp_ports
     qps = np.array([shape.ecmp_qps_per_flow for shape in shapes], dtype=float)
-    links = np.flatnonzero(ports)
-    balls = np.rint(usage[links] @ qps).astype(np.int64)
+    hashed_rows = np.flatnonzero(ports)
+    balls = np.rint(usage[hashed_rows] @ qps).astype(np.int64)
     shares = np.ones(len(usage))
-    for i, ball_count, port_count in zip(links.tolist(), balls.tolist(), ports[links].tolist()):
+    for i, ball_count, port_count in zip(hashed_rows.tolist(), balls.tolist(),
+                                         ports[hashed_rows].tolist()):
         shares[i] = ecmp_capacity_share(ball_count, port_count)
     return shares
 
@@ -175,9 +173,9 @@ def _ecmp_shares(shapes: list[FlowShape], rows: list[np.ndarray],
 def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> np.ndarray:
     """Per-flow rate (bytes/s) of each shape under max-min fairness (progressive filling),
     on link capacities cut to what static ECMP hashing delivers where links are hashed."""
-    links, rows, usage = _usage(shapes, len(capacity_bytes_per_s))
+    links, usage = _usage(shapes, len(capacity_bytes_per_s))
     full = capacity_bytes_per_s[links].astype(float)
-    shares = _ecmp_shares(shapes, rows, usage)
+    shares = _ecmp_shares(shapes, links, usage)
     if shares is not None:
         full = full * shares
     capacity = full
