@@ -11,6 +11,10 @@ constant rate, so the next interesting instant is known exactly:
 
 Solving depends only on which class *shapes* are active, never on bytes, so solutions are
 memoised on that set: a periodic training step re-uses a handful of them thousands of times.
+Max-min rates on links that no class shares are independent, so transfers are kept in
+components (transfers linked by shared links, directly or through one another), each solved,
+advanced and timed on its own: a class starting or ending replans its component only, and the
+memo sees each component's few shapes, not every combination of what runs elsewhere.
 
 Static ECMP. An aggregated fabric link (topologies.topology) stands for `n = ecmp_ports`
 physical ports. Adaptive routing spreads bytes over them by load, so the aggregate is exact.
@@ -194,12 +198,27 @@ def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> 
 
 @dataclass(slots=True)
 class _Transfer:
-    """The live classes of one started transfer and the bytes each flow of them has left
-    (plain floats: a transfer has a handful of classes, too few for numpy to pay off)."""
+    """The live classes of one started transfer, the bytes each flow of them has left (plain
+    floats: a transfer has a handful of classes, too few for numpy to pay off) and every link
+    its classes cross, as a set and as an array."""
 
     classes: list[FlowClass]
     remaining_bytes: list[float]
     on_done: Callable[[], object]
+    links: frozenset[int]
+    link_array: np.ndarray
+
+
+@dataclass(slots=True)
+class _Component:
+    """Transfers linked by the links they share (directly or through one another). Max-min
+    rates on disjoint sets of links are independent, so each component is solved, advanced and
+    woken on its own: a transfer starting or ending replans only its component."""
+
+    transfers: dict[int, _Transfer]
+    last_s: float
+    rates: dict[int, list[float]] = field(default_factory=dict)
+    generation: int = 0
 
 
 @dataclass(slots=True)
@@ -213,53 +232,77 @@ class FluidNetwork:
     capacity_bytes_per_s: np.ndarray
     now: Callable[[], float]
     schedule: Callable[[float, Callable[[], object]], None]
-    _transfers: dict[int, _Transfer] = field(default_factory=dict)
-    _rates: dict[int, list[float]] = field(default_factory=dict)
+    _components: dict[int, _Component] = field(default_factory=dict)
+    # per link, the component whose transfers cross it (-1: none)
+    _owner: np.ndarray = field(init=False)
     _memo: dict[tuple[int, ...], tuple[list[FlowShape], list[float]]] = field(
         default_factory=dict)
-    _next_id: int = 0
-    _generation: int = 0
-    _last_s: float = 0.0
+    _links: dict[tuple[int, ...], tuple[frozenset[int], np.ndarray]] = field(
+        default_factory=dict)
+    _next_transfer: int = 0
+    _next_component: int = 0
+
+    def __post_init__(self) -> None:
+        self._owner = np.full(len(self.capacity_bytes_per_s), -1, dtype=np.int64)
 
     def start(self, classes: list[FlowClass], on_done: Callable[[], object]) -> None:
         """Start moving `classes`; call `on_done` when every byte of them has arrived."""
-        self._advance()
         live = [c for c in classes if c.bytes_per_flow > 0]
         if not live:
             self.schedule(0.0, on_done)
             return
-        remaining = [float(c.bytes_per_flow) for c in live]
-        self._transfers[self._next_id] = _Transfer(live, remaining, on_done)
-        self._next_id += 1
-        self._replan()
+        transfer = _Transfer(live, [float(c.bytes_per_flow) for c in live], on_done,
+                             *self._links_of(live))
+        transfers = {self._next_transfer: transfer}
+        self._next_transfer += 1
+        owners = self._owner[transfer.link_array]
+        for cid in np.unique(owners[owners >= 0]).tolist():
+            joined = self._components.pop(cid)
+            self._advance(joined)
+            transfers.update(joined.transfers)
+        self._add_component(dict(sorted(transfers.items())))
 
-    def _advance(self) -> None:
-        elapsed = self.now() - self._last_s
-        self._last_s = self.now()
+    def _links_of(self, classes: list[FlowClass]) -> tuple[frozenset[int], np.ndarray]:
+        key = tuple(id(c.shape) for c in classes)
+        if key not in self._links:
+            links = frozenset(link for c in classes for link in c.shape.links)
+            self._links[key] = (links, np.array(sorted(links), dtype=np.int64))
+        return self._links[key]
+
+    def _add_component(self, transfers: dict[int, _Transfer]) -> None:
+        cid = self._next_component
+        self._next_component += 1
+        component = _Component(transfers, self.now())
+        self._components[cid] = component
+        for transfer in transfers.values():
+            self._owner[transfer.link_array] = cid
+        self._replan(cid, component)
+
+    def _advance(self, component: _Component) -> None:
+        elapsed = self.now() - component.last_s
+        component.last_s = self.now()
         if elapsed <= 0:
             return
-        for tid, transfer in self._transfers.items():
+        for tid, transfer in component.transfers.items():
             transfer.remaining_bytes = [max(left - rate * elapsed, 0.0) for left, rate
-                                        in zip(transfer.remaining_bytes, self._rates[tid])]
+                                        in zip(transfer.remaining_bytes, component.rates[tid])]
 
-    def _replan(self) -> None:
-        self._generation += 1
-        if not self._transfers:
-            return
-        self._rates = self._solve()
-        horizon = min(self._time_to_first_finish(t, self._rates[tid])
-                      for tid, t in self._transfers.items())
-        generation = self._generation
-        self.schedule(max(horizon, 0.0), lambda: self._wake(generation))
+    def _replan(self, cid: int, component: _Component) -> None:
+        component.generation += 1
+        component.rates = self._solve(component.transfers)
+        horizon = min(self._time_to_first_finish(t, component.rates[tid])
+                      for tid, t in component.transfers.items())
+        generation = component.generation
+        self.schedule(max(horizon, 0.0), lambda: self._wake(cid, generation))
 
     @staticmethod
     def _time_to_first_finish(transfer: _Transfer, rates: list[float]) -> float:
         return min((left / rate for left, rate in zip(transfer.remaining_bytes, rates)
                     if left > 0), default=0.0)
 
-    def _solve(self) -> dict[int, list[float]]:
+    def _solve(self, transfers: dict[int, _Transfer]) -> dict[int, list[float]]:
         """Rates of the live classes, memoised on the set of live shapes (kept by the memo)."""
-        entries = sorted(((id(c.shape), tid, k, c.shape) for tid, t in self._transfers.items()
+        entries = sorted(((id(c.shape), tid, k, c.shape) for tid, t in transfers.items()
                           for k, c in enumerate(t.classes) if t.remaining_bytes[k] > 0),
                          key=lambda entry: entry[0])
         key = tuple(entry[0] for entry in entries)
@@ -267,24 +310,50 @@ class FluidNetwork:
             shapes = [entry[3] for entry in entries]
             self._memo[key] = (shapes, max_min_rates(shapes, self.capacity_bytes_per_s).tolist())
         solved = self._memo[key][1]
-        rates = {tid: [0.0] * len(t.classes) for tid, t in self._transfers.items()}
+        rates = {tid: [0.0] * len(t.classes) for tid, t in transfers.items()}
         for position, (_, tid, k, _) in enumerate(entries):
             rates[tid][k] = solved[position]
         return rates
 
-    def _wake(self, generation: int) -> None:
-        if generation != self._generation:
+    def _wake(self, cid: int, generation: int) -> None:
+        component = self._components.get(cid)
+        if component is None or component.generation != generation:
             return
-        self._advance()
-        for tid, transfer in self._transfers.items():
+        self._advance(component)
+        for tid, transfer in component.transfers.items():
             transfer.remaining_bytes = [
                 0.0 if self._finished(c, left, rate) else left for c, left, rate
-                in zip(transfer.classes, transfer.remaining_bytes, self._rates[tid])]
-        finished = [tid for tid, t in self._transfers.items() if not any(t.remaining_bytes)]
-        for tid in finished:
-            self._transfers.pop(tid).on_done()
-        self._replan()
+                in zip(transfer.classes, transfer.remaining_bytes, component.rates[tid])]
+        finished = [tid for tid, t in component.transfers.items() if not any(t.remaining_bytes)]
+        if not finished:
+            self._replan(cid, component)
+            return
+        del self._components[cid]
+        for transfer in component.transfers.values():
+            self._owner[transfer.link_array] = -1
+        done = [component.transfers.pop(tid) for tid in finished]
+        for transfers in _connected(component.transfers):
+            self._add_component(transfers)
+        for transfer in done:
+            transfer.on_done()
 
     @staticmethod
     def _finished(flow_class: FlowClass, left: float, rate: float) -> bool:
         return left <= _RELATIVE_EPS * flow_class.bytes_per_flow or left <= rate * _TIME_EPS_S
+
+
+def _connected(transfers: dict[int, _Transfer]) -> list[dict[int, _Transfer]]:
+    """`transfers` split into groups that share no link, each in the order given, the groups
+    in the order of their first transfer."""
+    tids = list(transfers)
+    group = {tid: tid for tid in tids}
+    for i, tid in enumerate(tids):
+        for other in tids[:i]:
+            if group[other] != group[tid] and not transfers[tid].links.isdisjoint(
+                    transfers[other].links):
+                merged, kept = max(group[other], group[tid]), min(group[other], group[tid])
+                group = {t: kept if g == merged else g for t, g in group.items()}
+    groups: dict[int, dict[int, _Transfer]] = {}
+    for tid in tids:
+        groups.setdefault(group[tid], {})[tid] = transfers[tid]
+    return list(groups.values())

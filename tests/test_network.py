@@ -102,3 +102,24 @@ def test_a_flow_that_ends_as_another_starts_is_not_lost():
     a = [FlowClass(shape=_shape(0), bytes_per_flow=1.0)]
     b = [FlowClass(shape=_shape(0), bytes_per_flow=1.0)]
     assert _finish_times([1.0], [a, b], [0.0, 1.0]) == pytest.approx([1.0, 2.0])
+
+
+def test_a_flow_across_two_links_slows_both_neighbours_and_hands_back():
+    # 10 B/s links 0 and 1: A (20 bytes) on link 0 and B (40 bytes) on link 1 run apart until
+    # C (5 bytes over both links) starts at t=1: A, B and C get 5 B/s each, C ends at t=2, A
+    # (5 bytes left) at t=2.5 and B (25 bytes left) at t=4.5 back at 10 B/s.
+    a = [FlowClass(shape=_shape(0), bytes_per_flow=20.0)]
+    b = [FlowClass(shape=_shape(1), bytes_per_flow=40.0)]
+    c = [FlowClass(shape=_shape(0, 1), bytes_per_flow=5.0)]
+    assert _finish_times([10.0, 10.0], [a, b, c], [0.0, 0.0, 1.0]) == pytest.approx(
+        [2.5, 4.5, 2.0])
+
+
+def test_flows_on_separate_links_keep_their_own_pace_beside_busy_ones():
+    # Link 0 (1 B/s) carries A and B (2 bytes each, 0.5 B/s each: done at t=4); C (3 bytes)
+    # starts on link 1 (3 B/s) at t=0.5 and ends at t=1.5, never slowed by them.
+    a = [FlowClass(shape=_shape(0), bytes_per_flow=2.0)]
+    b = [FlowClass(shape=_shape(0), bytes_per_flow=2.0)]
+    c = [FlowClass(shape=_shape(1), bytes_per_flow=3.0)]
+    assert _finish_times([1.0, 3.0], [a, b, c], [0.0, 0.0, 0.5]) == pytest.approx(
+        [4.0, 4.0, 1.5])
