@@ -176,13 +176,14 @@ class TaskGraph:
                                    or min(self.gpus_per_rank) < 1):
             raise ValueError(f"task graph: gpus_per_rank={self.gpus_per_rank} needs one count "
                              f">= 1 per simulated rank ({len(self.simulated_ranks)})")
+        simulated = set(self.simulated_ranks)
         for position, task in enumerate(self.tasks):
             if task.id != position:
                 raise ValueError(f"task graph: task {task.name} has id {task.id} at {position}")
-            if any(dep >= task.id or dep < 0 for dep in task.deps):
+            if task.deps and (min(task.deps) < 0 or max(task.deps) >= task.id):
                 raise ValueError(f"task graph: {task.name} depends on a later or unknown task")
             members = task.collective.members if task.collective else (task.rank,)
-            if not set(members) <= set(self.simulated_ranks):
+            if not simulated.issuperset(members):
                 raise ValueError(f"task graph: {task.name} involves ranks {members} that are not"
                                  f" simulated")
 
