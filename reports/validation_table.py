@@ -18,17 +18,22 @@ def _row_line(row: Mapping[str, Any]) -> dict[str, Any]:
             "error %": row["error_pct"], "reason": row["reason"][:80]}
 
 
+def _stat_line(group: str, n: int, stats: Mapping[str, Any]) -> dict[str, Any]:
+    return {"group": group, "n": n, "median |err| %": stats["median_abs_error_pct"],
+            "mean |err| %": stats["mean_abs_error_pct"],
+            "max |err| %": stats["max_abs_error_pct"], "bias %": stats.get("mean_error_pct")}
+
+
 def _stat_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
-    lines = [{"group": "all", "n": summary["n"] - summary["n_failed"],
-              "median |err| %": summary["median_abs_error_pct"],
-              "mean |err| %": summary["mean_abs_error_pct"],
-              "max |err| %": summary["max_abs_error_pct"]}]
+    """The overall line, then per GPU and per model (bare values), then per value of each
+    `--by` column ("COLUMN=VALUE")."""
+    lines = [_stat_line("all", summary["n"] - summary["n_failed"], summary)]
     for key in ("by_gpu", "by_model"):
-        for group, stats in summary[key].items():
-            lines.append({"group": group, "n": stats["n"],
-                          "median |err| %": stats["median_abs_error_pct"],
-                          "mean |err| %": stats["mean_abs_error_pct"],
-                          "max |err| %": stats["max_abs_error_pct"]})
+        lines += [_stat_line(group, stats["n"], stats) for group, stats in summary[key].items()]
+    for key in [k for k in summary if k.startswith("by_") and k not in ("by_gpu", "by_model")]:
+        column = key.removeprefix("by_")
+        lines += [_stat_line(f"{column}={group}", stats["n"], stats)
+                  for group, stats in summary[key].items()]
     return lines
 
 

@@ -170,6 +170,9 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
                           metavar="calibration.FIELD[.KEY]=VALUE",
                           help="a cost parameter for every row, on top of --calibration (e.g. "
                                "calibration.memory_efficiency=0.7); repeatable")
+    validate.add_argument("--by", action="append", default=[], metavar="COLUMN[,COLUMN]",
+                          help="error statistics per value of these CSV columns too (e.g. "
+                               "release,pp), besides per GPU and per model; repeatable")
 
 
 def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
@@ -348,11 +351,25 @@ def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParamete
         signal.signal(signal.SIGTERM, previous)
 
 
-def _summary(results: list[RowResult], rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """The error statistics of `summarize`, every optimisation ladder among the rows, and the
-    rows that moesim simulates alike (simulator.repeats)."""
-    return {**summarize(results), "ladders": ladders(results),
+def _summary(results: list[RowResult], rows: list[dict[str, Any]],
+             by: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The error statistics of `summarize` (also per value of each column in `by`), every
+    optimisation ladder among the rows, and the rows that moesim simulates alike
+    (simulator.repeats)."""
+    return {**summarize(results, rows, by), "ladders": ladders(results),
             "repeats": repeats(rows, results)}
+
+
+def _by_columns(options: list[str], rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The CSV columns that `--by COLUMN[,COLUMN]` names, each once, in order."""
+    columns = [c.strip() for option in options for c in option.split(",") if c.strip()]
+    known = list(rows[0]) if rows else []
+    for column in columns:
+        if column not in known or column in ("gpu", "model", "name"):
+            allowed = ", ".join(c for c in known if c not in ("gpu", "model", "name"))
+            raise ValueError(f"--by {column!r}: must be a column of the CSV other than gpu, "
+                             f"model and name ({allowed or 'none'})")
+    return tuple(dict.fromkeys(columns))
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -363,9 +380,10 @@ def _validate(args: argparse.Namespace) -> int:
         load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS,
         args.settings)
     measurements = _only(read_measurements(args.csv), args.only)
+    by = _by_columns(args.by, measurements)
     results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json)
     rows = [asdict(r) for r in results]
-    summary = _summary(results, measurements)
+    summary = _summary(results, measurements, by)
     if args.plot:
         median = summary["median_abs_error_pct"]
         write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} " + (

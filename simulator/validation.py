@@ -297,25 +297,34 @@ def _validate_indexed(item: tuple[int, dict[str, Any]],
 
 
 def _stats(errors: list[float]) -> dict[str, float | None]:
-    """Median, mean and max absolute error; None (JSON null) for each when no row ran."""
+    """Median, mean and max absolute error, and the mean signed error (the bias: + when
+    moesim predicts faster than measured); None (JSON null) for each when no row ran."""
     absolute = sorted(abs(e) for e in errors)
     if not absolute:
         return {"median_abs_error_pct": None, "mean_abs_error_pct": None,
-                "max_abs_error_pct": None}
+                "max_abs_error_pct": None, "mean_error_pct": None}
     return {"median_abs_error_pct": float(pd.Series(absolute).median()),
             "mean_abs_error_pct": sum(absolute) / len(absolute),
-            "max_abs_error_pct": absolute[-1]}
+            "max_abs_error_pct": absolute[-1], "mean_error_pct": sum(errors) / len(errors)}
 
 
-def summarize(results: list[RowResult]) -> dict[str, Any]:
-    """Overall, per-GPU and per-model error statistics; failures are counted."""
-    ok = [r for r in results if r.status == "ok" and r.error_pct is not None]
+def _groups(labels: list[str], errors: list[float]) -> dict[str, dict[str, Any]]:
+    """The statistics of the errors of each label, labels in sorted order."""
+    return {label: {"n": labels.count(label),
+                    **_stats([e for other, e in zip(labels, errors) if other == label])}
+            for label in sorted(set(labels))}
+
+
+def summarize(results: list[RowResult], rows: list[dict[str, Any]] | None = None,
+              by: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Overall, per-GPU and per-model error statistics, and per value of each CSV column in
+    `by` (`rows`: the measured rows, in the order of `results`); failures are counted."""
+    ok = [i for i, r in enumerate(results) if r.status == "ok" and r.error_pct is not None]
+    errors = [float(results[i].error_pct or 0.0) for i in ok]
     summary: dict[str, Any] = {"n": len(results), "n_failed": len(results) - len(ok),
-                               **_stats([r.error_pct for r in ok if r.error_pct is not None])}
+                               **_stats(errors)}
     for key in ("gpu", "model"):
-        groups = sorted({getattr(r, key) for r in ok})
-        summary[f"by_{key}"] = {g: {"n": sum(getattr(r, key) == g for r in ok),
-                                    **_stats([r.error_pct for r in ok if getattr(r, key) == g
-                                              and r.error_pct is not None])}
-                                for g in groups}
+        summary[f"by_{key}"] = _groups([getattr(results[i], key) for i in ok], errors)
+    for column in by:
+        summary[f"by_{column}"] = _groups([str((rows or [])[i][column]) for i in ok], errors)
     return summary

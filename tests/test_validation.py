@@ -60,6 +60,28 @@ def test_summary_counts_failures_and_groups(results):
     assert set(summary["by_gpu"]) == {"h100"} and set(summary["by_model"]) == {"llama3-8b"}
 
 
+def test_summary_groups_by_any_column_with_the_signed_bias(results):
+    rows = read_measurements(FIXTURE)
+    summary = summarize(results, rows, by=("num_gpus", "precision"))
+    on_tokens, on_tflops, _ = results
+    assert summary["mean_error_pct"] == pytest.approx(
+        (on_tokens.error_pct + on_tflops.error_pct) / 2)
+    assert set(summary["by_num_gpus"]) == {"8", "16"}  # the failed 8-GPU row is not counted
+    assert summary["by_num_gpus"]["8"]["n"] == 1
+    assert summary["by_num_gpus"]["8"]["mean_error_pct"] == pytest.approx(on_tokens.error_pct)
+    assert summary["by_precision"]["fp8-cs"]["mean_error_pct"] == pytest.approx(
+        on_tflops.error_pct)
+
+
+def test_validate_by_prints_a_line_per_value_and_refuses_unknown_columns(capsys):
+    assert main(["validate", str(FIXTURE), "--by", "tp,pp"]) == 0
+    out = capsys.readouterr().out
+    assert all(label in out for label in ("tp=1", "tp=2", "pp=1", "bias %"))
+    assert main(["validate", str(FIXTURE), "--by", "colour"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "release" in err
+
+
 def test_validate_command_json_and_plot(tmp_path, capsys):
     plot = tmp_path / "validation.png"
     assert main(["validate", str(FIXTURE), "--json", "--plot", str(plot)]) == 0
