@@ -237,8 +237,9 @@ class FluidNetwork:
     _owner: np.ndarray = field(init=False)
     _memo: dict[tuple[int, ...], tuple[list[FlowShape], list[float]]] = field(
         default_factory=dict)
-    _links: dict[tuple[int, ...], tuple[frozenset[int], np.ndarray]] = field(
-        default_factory=dict)
+    # the links of each tuple of shapes started together (keyed by their ids, kept alive here)
+    _links: dict[tuple[int, ...], tuple[tuple[FlowShape, ...], frozenset[int], np.ndarray]] = (
+        field(default_factory=dict))
     _next_transfer: int = 0
     _next_component: int = 0
 
@@ -266,8 +267,9 @@ class FluidNetwork:
         key = tuple(id(c.shape) for c in classes)
         if key not in self._links:
             links = frozenset(link for c in classes for link in c.shape.links)
-            self._links[key] = (links, np.array(sorted(links), dtype=np.int64))
-        return self._links[key]
+            self._links[key] = (tuple(c.shape for c in classes), links,
+                                np.array(sorted(links), dtype=np.int64))
+        return self._links[key][1:]
 
     def _add_component(self, transfers: dict[int, _Transfer]) -> None:
         cid = self._next_component
