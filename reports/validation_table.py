@@ -32,7 +32,7 @@ def _stat_rows(summary: Mapping[str, Any]) -> list[dict[str, Any]]:
         lines += [_stat_line(group, stats["n"], stats) for group, stats in summary[key].items()]
     for key in [k for k in summary if k.startswith("by_") and k not in ("by_gpu", "by_model")]:
         column = key.removeprefix("by_")
-        lines += [_stat_line(f"{column}={group}", stats["n"], stats)
+        lines += [_stat_line(f"{column}={group or '(empty)'}", stats["n"], stats)
                   for group, stats in summary[key].items()]
     return lines
 

@@ -308,11 +308,19 @@ def _stats(errors: list[float]) -> dict[str, float | None]:
             "max_abs_error_pct": absolute[-1], "mean_error_pct": sum(errors) / len(errors)}
 
 
+def _label_order(label: str) -> tuple[int, float, str]:
+    """Numbers first, by value (pp = 2 before 16), then other labels alphabetically."""
+    try:
+        return (0, float(label), "")
+    except ValueError:
+        return (1, 0.0, label)
+
+
 def _groups(labels: list[str], errors: list[float]) -> dict[str, dict[str, Any]]:
-    """The statistics of the errors of each label, labels in sorted order."""
+    """The statistics of the errors of each label, labels in `_label_order`."""
     return {label: {"n": labels.count(label),
                     **_stats([e for other, e in zip(labels, errors) if other == label])}
-            for label in sorted(set(labels))}
+            for label in sorted(set(labels), key=_label_order)}
 
 
 def summarize(results: list[RowResult], rows: list[dict[str, Any]] | None = None,

@@ -66,7 +66,7 @@ def test_summary_groups_by_any_column_with_the_signed_bias(results):
     on_tokens, on_tflops, _ = results
     assert summary["mean_error_pct"] == pytest.approx(
         (on_tokens.error_pct + on_tflops.error_pct) / 2)
-    assert set(summary["by_num_gpus"]) == {"8", "16"}  # the failed 8-GPU row is not counted
+    assert list(summary["by_num_gpus"]) == ["8", "16"]  # by value; the failed row not counted
     assert summary["by_num_gpus"]["8"]["n"] == 1
     assert summary["by_num_gpus"]["8"]["mean_error_pct"] == pytest.approx(on_tokens.error_pct)
     assert summary["by_precision"]["fp8-cs"]["mean_error_pct"] == pytest.approx(
@@ -74,9 +74,9 @@ def test_summary_groups_by_any_column_with_the_signed_bias(results):
 
 
 def test_validate_by_prints_a_line_per_value_and_refuses_unknown_columns(capsys):
-    assert main(["validate", str(FIXTURE), "--by", "tp,pp"]) == 0
+    assert main(["validate", str(FIXTURE), "--by", "tp,pp", "--by", "routing"]) == 0
     out = capsys.readouterr().out
-    assert all(label in out for label in ("tp=1", "tp=2", "pp=1", "bias %"))
+    assert all(label in out for label in ("tp=1", "tp=2", "pp=1", "routing=(empty)", "bias %"))
     assert main(["validate", str(FIXTURE), "--by", "colour"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "release" in err
