@@ -327,12 +327,15 @@ def summarize(results: list[RowResult], rows: list[dict[str, Any]] | None = None
               by: tuple[str, ...] = ()) -> dict[str, Any]:
     """Overall, per-GPU and per-model error statistics, and per value of each CSV column in
     `by` (`rows`: the measured rows, in the order of `results`); failures are counted."""
+    if by and (rows is None or len(rows) != len(results)):
+        raise ValueError(f"summarize: by={by} needs the {len(results)} measured rows")
     ok = [i for i, r in enumerate(results) if r.status == "ok" and r.error_pct is not None]
     errors = [float(results[i].error_pct or 0.0) for i in ok]
     summary: dict[str, Any] = {"n": len(results), "n_failed": len(results) - len(ok),
                                **_stats(errors)}
     for key in ("gpu", "model"):
         summary[f"by_{key}"] = _groups([getattr(results[i], key) for i in ok], errors)
+    measured = rows if rows is not None else []
     for column in by:
-        summary[f"by_{column}"] = _groups([str((rows or [])[i][column]) for i in ok], errors)
+        summary[f"by_{column}"] = _groups([str(measured[i][column]) for i in ok], errors)
     return summary
