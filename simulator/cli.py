@@ -170,9 +170,13 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
                           metavar="calibration.FIELD[.KEY]=VALUE",
                           help="a cost parameter for every row, on top of --calibration (e.g. "
                                "calibration.memory_efficiency=0.7); repeatable")
-    validate.add_argument("--by", action="append", default=[], metavar="COLUMN[,COLUMN]",
-                          help="error statistics per value of these CSV columns too (e.g. "
-                               "release,pp), besides per GPU and per model; repeatable")
+    _add_by(validate)
+
+
+def _add_by(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--by", action="append", default=[], metavar="COLUMN[,COLUMN]",
+                        help="error statistics per value of these CSV columns too (e.g. "
+                             "release,pp), besides per GPU and per model; repeatable")
 
 
 def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
@@ -211,6 +215,7 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--hold-out", metavar="COLUMN=VALUE[,VALUE]",
                            help="leave these rows out of the fit (e.g. gpu=gb300) and report "
                                 "how the fitted parameters predict them")
+    _add_by(calibrate)
 
 
 def _fit_parameters(selection: str | None, option: str = "--parameters"
@@ -293,6 +298,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
     rows, held = _split_held_out(read_measurements(args.csv), args.hold_out)
+    by = _by_columns(args.by, rows)
     loss = _fit_loss(args)
 
     def progress(evaluation: int, message: str) -> None:
@@ -318,7 +324,7 @@ def _calibrate(args: argparse.Namespace) -> int:
                          "meaning": entry["meaning"]}
                         for key, entry in document["parameters"].items()]))
     fitted = [asdict(r) for r in result.final_rows]
-    print(format_validation(fitted, _summary(list(result.final_rows), rows)))
+    print(format_validation(fitted, _summary(list(result.final_rows), rows, by)))
     print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
           f"-> {result.final_objective:.4f}; rms log error "
           f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
@@ -327,7 +333,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     if held:
         predicted = validate_rows(held, result.params, jobs=args.jobs)
         print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
-        print(format_validation([asdict(r) for r in predicted], _summary(predicted, held)))
+        print(format_validation([asdict(r) for r in predicted], _summary(predicted, held, by)))
     return 0
 
 

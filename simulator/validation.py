@@ -326,16 +326,17 @@ def _groups(labels: list[str], errors: list[float]) -> dict[str, dict[str, Any]]
 def summarize(results: list[RowResult], rows: list[dict[str, Any]] | None = None,
               by: tuple[str, ...] = ()) -> dict[str, Any]:
     """Overall, per-GPU and per-model error statistics, and per value of each CSV column in
-    `by` (`rows`: the measured rows, in the order of `results`); failures are counted."""
-    if by and (rows is None or len(rows) != len(results)):
-        raise ValueError(f"summarize: by={by} needs the {len(results)} measured rows")
+    `by` (`rows`: the measured rows, matched to `results` by name); failures are counted."""
+    row_of = {row["name"]: row for row in rows or []}
+    if by and any(r.name not in row_of for r in results):
+        raise ValueError(f"summarize: by={by} needs the measured row of every result")
     ok = [i for i, r in enumerate(results) if r.status == "ok" and r.error_pct is not None]
     errors = [float(results[i].error_pct or 0.0) for i in ok]
     summary: dict[str, Any] = {"n": len(results), "n_failed": len(results) - len(ok),
                                **_stats(errors)}
     for key in ("gpu", "model"):
         summary[f"by_{key}"] = _groups([getattr(results[i], key) for i in ok], errors)
-    measured = rows if rows is not None else []
     for column in by:
-        summary[f"by_{column}"] = _groups([str(measured[i][column]) for i in ok], errors)
+        summary[f"by_{column}"] = _groups([str(row_of[results[i].name][column]) for i in ok],
+                                          errors)
     return summary

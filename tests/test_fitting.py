@@ -187,10 +187,11 @@ def test_a_held_out_row_is_left_out_of_the_fit_and_predicted(tmp_path, capsys):
     out = tmp_path / "calibration.yaml"
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--max-evaluations", "30", "--parameters", ",".join(TRUE),
-                 "--hold-out", "name=bf16-tp2"]) == 0
+                 "--hold-out", "name=bf16-tp2", "--by", "tp"]) == 0
     printed = capsys.readouterr().out
     fitted, held = printed.split("held out (name=bf16-tp2)")
     assert "over 3 rows" in fitted and "bf16-tp2" not in fitted
+    assert "tp=1" in fitted and "tp=2" in held  # --by groups both tables
     row = next(line for line in held.splitlines() if line.startswith("bf16-tp2"))
     assert abs(float(row.split()[-1])) < 1.0
 
@@ -201,6 +202,13 @@ def test_a_held_out_row_is_left_out_of_the_fit_and_predicted(tmp_path, capsys):
 def test_a_bad_hold_out_gets_one_line_error(tmp_path, one_line_error, selection, words):
     assert words in one_line_error(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"),
                                     "--hold-out", selection])
+
+
+def test_calibrate_refuses_an_unknown_by_column_before_fitting(tmp_path, one_line_error):
+    out = tmp_path / "c.yaml"
+    error = one_line_error(["calibrate", str(FIXTURE), "-o", str(out), "--by", "colour"])
+    assert "--by 'colour'" in error
+    assert not out.exists()
 
 
 def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, capsys):
