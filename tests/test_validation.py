@@ -92,7 +92,7 @@ def test_validate_command_json_and_plot(tmp_path, capsys):
             "measured_tflops_per_gpu", "error_pct"}
     assert all(keys <= set(row) for row in document["rows"])
     assert {"n", "n_failed", "median_abs_error_pct", "mean_abs_error_pct",
-            "max_abs_error_pct"} <= set(document["summary"])
+            "max_abs_error_pct", "mean_error_pct"} <= set(document["summary"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
