@@ -200,12 +200,11 @@ def max_min_rates(shapes: list[FlowShape], capacity_bytes_per_s: np.ndarray) -> 
 class _Transfer:
     """The live classes of one started transfer, the bytes each flow of them has left (plain
     floats: a transfer has a handful of classes, too few for numpy to pay off) and every link
-    its classes cross, as a set and as an array."""
+    its classes cross."""
 
     classes: list[FlowClass]
     remaining_bytes: list[float]
     on_done: Callable[[], object]
-    links: frozenset[int]
     link_array: np.ndarray
 
 
@@ -238,8 +237,8 @@ class FluidNetwork:
     _memo: dict[tuple[int, ...], tuple[list[FlowShape], list[float]]] = field(
         default_factory=dict)
     # the links of each tuple of shapes started together (keyed by their ids, kept alive here)
-    _links: dict[tuple[int, ...], tuple[tuple[FlowShape, ...], frozenset[int], np.ndarray]] = (
-        field(default_factory=dict))
+    _links: dict[tuple[int, ...], tuple[tuple[FlowShape, ...], np.ndarray]] = field(
+        default_factory=dict)
     _next_transfer: int = 0
     _next_component: int = 0
 
@@ -253,32 +252,33 @@ class FluidNetwork:
             self.schedule(0.0, on_done)
             return
         transfer = _Transfer(live, [float(c.bytes_per_flow) for c in live], on_done,
-                             *self._links_of(live))
-        transfers = {self._next_transfer: transfer}
+                             self._links_of(live))
+        cid = self._place(self._next_transfer, transfer)
         self._next_transfer += 1
+        self._replan(cid, self._components[cid])
+
+    def _links_of(self, classes: list[FlowClass]) -> np.ndarray:
+        key = tuple(id(c.shape) for c in classes)
+        if key not in self._links:
+            links = sorted({link for c in classes for link in c.shape.links})
+            self._links[key] = (tuple(c.shape for c in classes), np.array(links, dtype=np.int64))
+        return self._links[key][1]
+
+    def _place(self, tid: int, transfer: _Transfer) -> int:
+        """Put `transfer` in a new component with every component it shares a link with
+        (advanced to now); the new component's id. Its rates are left to `_replan`."""
+        transfers = {tid: transfer}
         owners = self._owner[transfer.link_array]
         for cid in np.unique(owners[owners >= 0]).tolist():
             joined = self._components.pop(cid)
             self._advance(joined)
             transfers.update(joined.transfers)
-        self._add_component(dict(sorted(transfers.items())))
-
-    def _links_of(self, classes: list[FlowClass]) -> tuple[frozenset[int], np.ndarray]:
-        key = tuple(id(c.shape) for c in classes)
-        if key not in self._links:
-            links = frozenset(link for c in classes for link in c.shape.links)
-            self._links[key] = (tuple(c.shape for c in classes), links,
-                                np.array(sorted(links), dtype=np.int64))
-        return self._links[key][1:]
-
-    def _add_component(self, transfers: dict[int, _Transfer]) -> None:
         cid = self._next_component
         self._next_component += 1
-        component = _Component(transfers, self.now())
-        self._components[cid] = component
-        for transfer in transfers.values():
-            self._owner[transfer.link_array] = cid
-        self._replan(cid, component)
+        self._components[cid] = _Component(dict(sorted(transfers.items())), self.now())
+        for member in transfers.values():
+            self._owner[member.link_array] = cid
+        return cid
 
     def _advance(self, component: _Component) -> None:
         elapsed = self.now() - component.last_s
@@ -334,28 +334,14 @@ class FluidNetwork:
         for transfer in component.transfers.values():
             self._owner[transfer.link_array] = -1
         done = [component.transfers.pop(tid) for tid in finished]
-        for transfers in _connected(component.transfers):
-            self._add_component(transfers)
+        placed = {self._place(tid, transfer) for tid, transfer in component.transfers.items()}
+        parts = sorted((next(iter(self._components[p].transfers)), p) for p in placed
+                       if p in self._components)  # each in the order of its first transfer
+        for _, part in parts:
+            self._replan(part, self._components[part])
         for transfer in done:
             transfer.on_done()
 
     @staticmethod
     def _finished(flow_class: FlowClass, left: float, rate: float) -> bool:
         return left <= _RELATIVE_EPS * flow_class.bytes_per_flow or left <= rate * _TIME_EPS_S
-
-
-def _connected(transfers: dict[int, _Transfer]) -> list[dict[int, _Transfer]]:
-    """`transfers` split into groups that share no link, each in the order given, the groups
-    in the order of their first transfer."""
-    tids = list(transfers)
-    group = {tid: tid for tid in tids}
-    for i, tid in enumerate(tids):
-        for other in tids[:i]:
-            if group[other] != group[tid] and not transfers[tid].links.isdisjoint(
-                    transfers[other].links):
-                merged, kept = max(group[other], group[tid]), min(group[other], group[tid])
-                group = {t: kept if g == merged else g for t, g in group.items()}
-    groups: dict[int, dict[int, _Transfer]] = {}
-    for tid in tids:
-        groups.setdefault(group[tid], {})[tid] = transfers[tid]
-    return list(groups.values())
