@@ -56,6 +56,7 @@ from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, 
 from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
 from simulator.repeats import repeats
+from simulator.uncertainty import CORRELATED, Spread
 from simulator.validation import RowResult, read_measurements, summarize, validate_rows
 
 SHOW_SUBJECTS = ("system",)
@@ -215,6 +216,9 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--hold-out", metavar="COLUMN=VALUE[,VALUE]",
                            help="leave these rows out of the fit (e.g. gpu=gb300) and report "
                                 "how the fitted parameters predict them")
+    calibrate.add_argument("--uncertainty-only", action="store_true",
+                           help="measure the Jacobian at the start values and report each "
+                                "parameter's standard error there, moving nothing")
     _add_by(calibrate)
 
 
@@ -320,9 +324,11 @@ def _calibrate(args: argparse.Namespace) -> int:
                                     fixed)
     write_calibration(args.output, document)
     print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
+                         "std error": _std_error_text(entry),
                          "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
                          "meaning": entry["meaning"]}
                         for key, entry in document["parameters"].items()]))
+    print(_correlations_text(result.spread))
     fitted = [asdict(r) for r in result.final_rows]
     print(format_validation(fitted, _summary(list(result.final_rows), rows, by)))
     print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
@@ -337,6 +343,20 @@ def _calibrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _std_error_text(entry: dict[str, Any]) -> str:
+    """A fitted value's standard error, absolute and relative, or why it has none."""
+    std = entry.get("std_error")
+    if std is None:
+        return entry.get("no_std_error", "")
+    return f"{std:.2g} ({100 * std / abs(entry['value']):.0f} %)" if entry["value"] else \
+        f"{std:.2g}"
+
+
+def _correlations_text(spread: Spread) -> str:
+    pairs = "; ".join(f"{a} & {b} {rho:+.2f}" for a, b, rho in spread.correlations)
+    return f"correlated fitted values (|r| >= {CORRELATED}): {pairs or 'none'}"
+
+
 def _stop(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -349,7 +369,8 @@ def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParamete
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         return fit(rows, parameters, base=base, jobs=args.jobs,
-                   max_evaluations=args.max_evaluations, loss=loss, progress=progress)
+                   max_evaluations=args.max_evaluations, loss=loss,
+                   steps=not args.uncertainty_only, progress=progress)
     except KeyboardInterrupt:
         raise ValueError("calibrate: stopped before its first step (start rows, short rows "
                          "or Jacobian); nothing written") from None

@@ -18,7 +18,9 @@ using it, ...), and then kept current by Broyden updates while damped Gauss-Newt
 (bounded linear least squares, Levenberg-Marquardt damping, each row weighted by the loss at
 its current error) walk downhill, each step judged on every row's whole step (re-simulating
 only the rows some fitted parameter touches; the others keep their residual). An interrupt
-(KeyboardInterrupt) during the steps ends the fit at the best values so far (`stopped`).
+(KeyboardInterrupt) during the steps ends the fit at the best values so far (`stopped`). The
+Jacobian at the end, with the rows' errors left, gives each fitted value's standard error and
+the pairs that trade against each other (simulator.uncertainty).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from simulator.calibration import (FIRST_PRINCIPLES, FUSED, CostParams, efficien
                                    params_value, params_with)
 from simulator.costs import peak_key, runs_per_tensor_fp8
 from simulator.scenario import Scenario
+from simulator.uncertainty import Spread, parameter_spread
 from simulator.validation import RowResult, row_scenario, validate_rows
 
 
@@ -174,6 +177,7 @@ class FitResult:
     initial_rows: tuple[RowResult, ...] = ()
     final_rows: tuple[RowResult, ...] = ()
     stopped: bool = False
+    spread: Spread = Spread()
 
 
 def _with_values(base: CostParams, parameters: tuple[FitParameter, ...],
@@ -274,11 +278,12 @@ class _Counter:
 
 def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAULT_FIT, *,
         base: CostParams = FIRST_PRINCIPLES, jobs: int = 1, max_evaluations: int = 40,
-        loss: Loss = Loss(),
+        loss: Loss = Loss(), steps: bool = True,
         progress: Callable[[int, str], None] | None = None) -> FitResult:
     """Robust least-squares fit of `parameters` (starting from `base`) to the rows'
-    measurements; `progress` hears (evaluations so far, a one-line account of the latest)
-    after every evaluation."""
+    measurements, with each fitted value's spread (simulator.uncertainty); with steps=False
+    only the Jacobian is measured and the spread is that of the start values. `progress`
+    hears (evaluations so far, a one-line account of the latest) after every evaluation."""
     lower = np.array([p.lower for p in parameters])
     upper = np.array([p.upper for p in parameters])
     width = upper - lower
@@ -310,9 +315,11 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     short_residual = errors(x, short)
     tell(counter.calls, "short steps for the Jacobian")
     jacobian = np.zeros((len(used), len(parameters)))
+    measured = np.array([indices.size == 0 for indices in touched])
     for column, indices in enumerate(touched):
         if indices.size == 0 or counter.calls >= max_evaluations:
             continue
+        measured[column] = True
         step = 0.05 * width[column] * (1 if x[column] + 0.05 * width[column] <= upper[column]
                                        else -1)
         probe = x.copy()
@@ -326,7 +333,7 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     moving = np.unique(np.concatenate([np.arange(0), *touched])).astype(int)
     best = (x, residual, [r for r, e in zip(initial_results, first) if not math.isnan(e)])
     try:
-        while counter.calls < max_evaluations and residual.size:
+        while steps and counter.calls < max_evaluations and residual.size:
             weights = loss.weights(residual)
             step = _damped_step(jacobian * weights[:, None], residual * weights, x, lower,
                                 upper, width, damping)
@@ -355,6 +362,8 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     except KeyboardInterrupt:
         stopped = True
     x, residual, final_results = best
+    spread = parameter_spread([p.key for p in parameters], jacobian, residual,
+                              loss.weights(residual), x, lower, upper, measured)
     return FitResult(params=_with_values(base, parameters, x),
                      values={p.key: float(v) for p, v in zip(parameters, x)},
                      initial_rms_log_error=initial_rms, final_rms_log_error=_rms(residual),
@@ -362,7 +371,7 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
                      loss=loss, initial_objective=initial_objective,
                      final_objective=loss.objective(residual),
                      start_values=start, initial_rows=tuple(initial_results),
-                     final_rows=tuple(final_results), stopped=stopped)
+                     final_rows=tuple(final_results), stopped=stopped, spread=spread)
 
 
 def _rms(errors: np.ndarray) -> float:
@@ -401,7 +410,18 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
                           "final": result.final_rms_log_error},
         "parameters": {p.key: {"value": result.values[p.key],
                                "start": result.start_values[p.key],
-                               "bounds": [p.lower, p.upper], "meaning": p.meaning}
+                               "bounds": [p.lower, p.upper], "meaning": p.meaning,
+                               **_spread_entry(result.spread, p.key)}
                        for p in parameters},
+        **({"correlated": [{"parameters": [a, b], "correlation": rho}
+                           for a, b, rho in result.spread.correlations]}
+           if result.spread.correlations else {}),
         **fixed_part,
     }
+
+
+def _spread_entry(spread: Spread, key: str) -> dict[str, Any]:
+    """A parameter's standard error for the file, or why it has none."""
+    if key in spread.undetermined:
+        return {"std_error": None, "no_std_error": spread.undetermined[key]}
+    return {"std_error": spread.std_errors[key]} if key in spread.std_errors else {}
