@@ -325,6 +325,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     write_calibration(args.output, document)
     print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
                          "std error": _std_error_text(entry),
+                         "rows": entry.get("rows", ""),
                          "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
                          "meaning": entry["meaning"]}
                         for key, entry in document["parameters"].items()]))

@@ -178,6 +178,7 @@ class FitResult:
     final_rows: tuple[RowResult, ...] = ()
     stopped: bool = False
     spread: Spread = Spread()
+    rows_touched: dict[str, int] = field(default_factory=dict)
 
 
 def _with_values(base: CostParams, parameters: tuple[FitParameter, ...],
@@ -371,7 +372,9 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
                      loss=loss, initial_objective=initial_objective,
                      final_objective=loss.objective(residual),
                      start_values=start, initial_rows=tuple(initial_results),
-                     final_rows=tuple(final_results), stopped=stopped, spread=spread)
+                     final_rows=tuple(final_results), stopped=stopped, spread=spread,
+                     rows_touched={p.key: int(indices.size)
+                                   for p, indices in zip(parameters, touched)})
 
 
 def _rms(errors: np.ndarray) -> float:
@@ -411,7 +414,9 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
         "parameters": {p.key: {"value": result.values[p.key],
                                "start": result.start_values[p.key],
                                "bounds": [p.lower, p.upper], "meaning": p.meaning,
-                               **_spread_entry(result.spread, p.key)}
+                               **_spread_entry(result.spread, p.key),
+                               **({"rows": result.rows_touched[p.key]}
+                                  if p.key in result.rows_touched else {})}
                        for p in parameters},
         **({"correlated": [{"parameters": [a, b], "correlation": rho}
                            for a, b, rho in result.spread.correlations]}

@@ -145,6 +145,8 @@ def test_uncertainty_only_measures_the_start_and_moves_nothing(tmp_path, capsys)
     printed = capsys.readouterr().out
     written = yaml.safe_load(out.read_text())
     assert written["evaluations"] == 2 + len(TRUE)
+    assert {key: written["parameters"][key]["rows"] for key in TRUE} == {
+        "gemm_efficiency.hopper-bf16": 6, "gemm_efficiency.hopper-fp8": 3}
     for key, value in TRUE.items():
         entry = written["parameters"][key]
         assert entry["value"] == entry["start"] == pytest.approx(value)
