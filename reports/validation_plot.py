@@ -1,4 +1,5 @@
-"""Predicted vs measured throughput: log axes, the ±10 % band, one colour per GPU.
+"""Predicted vs measured throughput: log axes, the ±10 % band, one colour per GPU, and the
+name of every row missed by more than LABEL_BEYOND beside its point.
 
 Points are plotted on the quantity each row's error is taken on (tokens/s/GPU where measured,
 else TFLOP/s/GPU), normalised so that both kinds share one diagonal: x = measured, y =
@@ -15,6 +16,7 @@ from matplotlib.figure import Figure
 from reports.files import save_png
 
 BAND = 0.10
+LABEL_BEYOND = 0.15
 
 
 def _pairs(row: Mapping[str, Any]) -> tuple[float, float, str] | None:
@@ -42,6 +44,11 @@ def validation_figure(rows: Sequence[Mapping[str, Any]], title: str) -> Figure:
             if mine:
                 axes.scatter([m for m, _ in mine], [p for _, p in mine], marker=marker, s=28,
                              label=f"{gpu} ({unit})", zorder=3)
+    for row in rows:
+        pair = _pairs(row)
+        if pair is not None and abs(pair[1] / pair[0] - 1) > LABEL_BEYOND:
+            axes.annotate(row["name"], pair[:2], xytext=(4, -3), textcoords="offset points",
+                          fontsize=6, color="0.25")
     axes.set(xscale="log", yscale="log", xlim=(low, high), ylim=(low, high),
              xlabel="measured", ylabel="predicted by moesim", title=title)
     axes.legend(fontsize=8, loc="upper left")

@@ -107,6 +107,19 @@ def test_validation_figure_has_the_points_and_the_band(results):
     assert sum(offsets) >= 2
 
 
+def test_the_figure_names_the_rows_missed_by_more_than_15_percent(results):
+    from dataclasses import asdict
+
+    from reports.validation_plot import validation_figure
+    rows = [asdict(r) for r in results if r.status == "ok"]
+    off = dict(rows[0], name="far-off", predicted_tokens_per_s_per_gpu=(
+        1.2 * rows[0]["measured_tokens_per_s_per_gpu"]))
+    near = dict(rows[0], name="near", predicted_tokens_per_s_per_gpu=(
+        1.1 * rows[0]["measured_tokens_per_s_per_gpu"]))
+    figure = validation_figure([off, near], "fixture")
+    assert [text.get_text() for text in figure.axes[0].texts] == ["far-off"]
+
+
 def _first_row_with(column: str, value: str) -> str:
     """The fixture's text with `column` of its first row set to `value`."""
     import csv
