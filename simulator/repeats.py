@@ -18,18 +18,11 @@ different metrics or formulas are never repeats.
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 from typing import Any, Sequence
 
-from simulator.validation import RowResult, row_scenario
+from simulator.validation import RowResult, scenario_key
 
 TOKENS = "tokens/s"
-
-
-def _scenario_key(row: dict[str, Any]) -> str:
-    """What moesim simulates for `row`, without the name of the row's recipe."""
-    scenario = row_scenario(row)
-    return repr(replace(scenario, recipe=replace(scenario.recipe, name="")))
 
 
 def _metric(result: RowResult, row: dict[str, Any]) -> str:
@@ -69,7 +62,7 @@ def repeats(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> dic
         metric = _metric(result, row)
         measured = _values(result, metric)[0]
         if measured:
-            found.setdefault((metric, _scenario_key(row)), []).append((result, measured))
+            found.setdefault((metric, scenario_key(row)), []).append((result, measured))
     groups = sorted((_group(members, metric) for (metric, _), members in found.items()
                      if len(members) > 1), key=lambda g: -g["spread_pct"])
     spreads = [g["spread_pct"] for g in groups]

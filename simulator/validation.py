@@ -8,7 +8,9 @@ else simulated whole (simulator.steady_state). Predicted TFLOP/s count FLOPs wit
 
     error_pct = 100 * (predicted / measured - 1)
 
-A row moesim cannot run is reported with its reason and counted, never skipped.
+A row moesim cannot run is reported with its reason and counted, never skipped. Rows that give
+moesim the same scenario (`scenario_key`: one configuration measured in several containers)
+share one simulation.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import math
 import re
 import signal
 import sys
+from collections import Counter
 from dataclasses import dataclass, replace
 from functools import partial
 from multiprocessing import Pool
@@ -34,6 +37,7 @@ from workloads.parallelism import ParallelPlan
 from workloads.recipes import GB200_GUIDE, Recipe, guide_step_recipe, recipe, recipe_with
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams
+from simulator.metrics import StepMetrics
 from simulator.scenario import Scenario, default_domain_size
 from simulator.steady_state import run_steady_state
 
@@ -243,44 +247,89 @@ def row_comparison(row: dict[str, Any], scenario: Scenario,
             "predicted_tflops_per_gpu": predicted_tflops, "error_pct": error}
 
 
-def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> RowResult:
-    """Run one row; a ValueError (bad plan, no fit, unknown name) becomes a failed row."""
+def scenario_key(row: dict[str, Any]) -> str:
+    """What moesim simulates for `row`, without the name of the row's recipe (which no part of
+    the simulation reads): rows with equal keys get the same step."""
+    scenario = row_scenario(row)
+    return repr(replace(scenario, recipe=replace(scenario.recipe, name="")))
+
+
+def _simulated(row: dict[str, Any], params: CostParams) -> StepMetrics | str:
+    """The row's step metrics, or why it cannot run (a ValueError's message: bad plan, no
+    fit, unknown name)."""
+    try:
+        return run_steady_state(replace(row_scenario(row), params=params))
+    except ValueError as failure:
+        return str(failure)
+
+
+def _result(row: dict[str, Any], outcome: StepMetrics | str, params: CostParams) -> RowResult:
+    """The row's result from its simulated step (`_simulated`)."""
     tokens, tflops = _measured(row)
     common = dict(name=row["name"], gpu=row["gpu"], model=row["model"],
                   measured_tokens_per_s_per_gpu=tokens, measured_tflops_per_gpu=tflops)
     try:
+        if isinstance(outcome, str):
+            return _failed(outcome, common)
         scenario = replace(row_scenario(row), params=params)
-        metrics = run_steady_state(scenario)
-        comparison = row_comparison(row, scenario, metrics.tokens_per_s_per_gpu)
+        comparison = row_comparison(row, scenario, outcome.tokens_per_s_per_gpu)
     except ValueError as failure:
-        return RowResult(status="failed", reason=str(failure), predicted_tokens_per_s_per_gpu=None,
-                         predicted_tflops_per_gpu=None, error_pct=None, **common)
+        return _failed(str(failure), common)
     return RowResult(status="ok", reason="",
                      predicted_tokens_per_s_per_gpu=comparison["predicted_tokens_per_s_per_gpu"],
                      predicted_tflops_per_gpu=comparison["predicted_tflops_per_gpu"],
                      error_pct=comparison["error_pct"], **common)
 
 
+def _failed(reason: str, common: dict[str, Any]) -> RowResult:
+    return RowResult(status="failed", reason=reason, predicted_tokens_per_s_per_gpu=None,
+                     predicted_tflops_per_gpu=None, error_pct=None, **common)
+
+
+def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> RowResult:
+    """Run one row; a row that cannot run becomes a failed row with the reason."""
+    return _result(row, _simulated(row, params), params)
+
+
+def _first_alike(rows: list[dict[str, Any]]) -> list[int]:
+    """For each row the index of the first row with its `scenario_key` (its own index where
+    its scenario cannot be built)."""
+    first: dict[str, int] = {}
+    indices = []
+    for index, row in enumerate(rows):
+        try:
+            key = scenario_key(row)
+        except ValueError:
+            indices.append(index)
+            continue
+        indices.append(first.setdefault(key, index))
+    return indices
+
+
 def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAMS,
                   jobs: int = 1, progress: bool = False) -> list[RowResult]:
-    """Every row's result, in the rows' order; `jobs` > 1 runs rows in parallel processes;
-    `progress` shows a progress bar on stderr."""
+    """Every row's result, in the rows' order; rows with the same `scenario_key` (the same
+    configuration measured in several containers) share one simulation; `jobs` > 1 runs the
+    simulations in parallel processes; `progress` shows a progress bar on stderr."""
+    first = _first_alike(rows)
+    alike = Counter(first)
+    todo = [index for index in range(len(rows)) if first[index] == index]
+    outcomes: dict[int, StepMetrics | str] = {}
     bar = tqdm(total=len(rows), unit="row", disable=not progress, file=sys.stderr)
     with bar:
         if jobs <= 1:
-            results = []
-            for row in rows:
-                results.append(validate_row(row, params))
-                bar.update()
-            return results
-        # Leaving the block terminates the workers: an interrupt stops the rows in flight.
-        results_by_index: dict[int, RowResult] = {}
-        with Pool(processes=jobs, initializer=_worker_signals) as pool:
-            for index, result in pool.imap_unordered(partial(_validate_indexed, params=params),
-                                                     enumerate(rows)):
-                results_by_index[index] = result
-                bar.update()
-        return [results_by_index[index] for index in range(len(rows))]
+            for index in todo:
+                outcomes[index] = _simulated(rows[index], params)
+                bar.update(alike[index])
+        else:
+            # Leaving the block terminates the workers: an interrupt stops the rows in flight.
+            with Pool(processes=jobs, initializer=_worker_signals) as pool:
+                for index, outcome in pool.imap_unordered(
+                        partial(_simulated_indexed, params=params),
+                        [(index, rows[index]) for index in todo]):
+                    outcomes[index] = outcome
+                    bar.update(alike[index])
+    return [_result(row, outcomes[first[index]], params) for index, row in enumerate(rows)]
 
 
 def _worker_signals() -> None:
@@ -290,10 +339,10 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _validate_indexed(item: tuple[int, dict[str, Any]],
-                      params: CostParams) -> tuple[int, RowResult]:
+def _simulated_indexed(item: tuple[int, dict[str, Any]],
+                       params: CostParams) -> tuple[int, StepMetrics | str]:
     index, row = item
-    return index, validate_row(row, params)
+    return index, _simulated(row, params)
 
 
 def _stats(errors: list[float]) -> dict[str, float | None]:

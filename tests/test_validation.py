@@ -35,6 +35,28 @@ def test_parallel_jobs_give_the_same_results(results):
     assert validate_rows(read_measurements(FIXTURE), jobs=2) == results
 
 
+def test_rows_that_moesim_simulates_alike_share_one_simulation(results, monkeypatch):
+    import simulator.validation as validation
+
+    tokens, tflops, failed = read_measurements(FIXTURE)
+    rows = [tokens, dict(tokens, name="again", measured_tokens_per_s_per_gpu="9000"),
+            dict(tokens, name="tp2", tp="2"), failed, dict(failed, name="failed-again")]
+    simulated = []
+    steady_state = validation.run_steady_state
+    monkeypatch.setattr(validation, "run_steady_state",
+                        lambda scenario: simulated.append(scenario) or steady_state(scenario))
+    first, again, tp2, *failures = validate_rows(rows)
+    assert len(simulated) == 2
+    assert again.predicted_tokens_per_s_per_gpu == first.predicted_tokens_per_s_per_gpu
+    assert (first.error_pct, again.error_pct) == pytest.approx(
+        (100 * (first.predicted_tokens_per_s_per_gpu / 10000 - 1),
+         100 * (first.predicted_tokens_per_s_per_gpu / 9000 - 1)))
+    assert tp2.predicted_tokens_per_s_per_gpu != first.predicted_tokens_per_s_per_gpu
+    assert [(r.name, r.status) for r in failures] == [
+        (failed["name"], "failed"), ("failed-again", "failed")]
+    assert validate_rows(rows, jobs=2) == [first, again, tp2, *failures]
+
+
 def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
