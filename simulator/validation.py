@@ -291,7 +291,7 @@ def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> Ro
     return _result(row, _simulated(row, params), params)
 
 
-def _first_alike(rows: list[dict[str, Any]]) -> list[int]:
+def first_alike(rows: list[dict[str, Any]]) -> list[int]:
     """For each row the index of the first row with its `scenario_key` (its own index where
     its scenario cannot be built)."""
     first: dict[str, int] = {}
@@ -311,7 +311,7 @@ def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAM
     """Every row's result, in the rows' order; rows with the same `scenario_key` (the same
     configuration measured in several containers) share one simulation; `jobs` > 1 runs the
     simulations in parallel processes; `progress` shows a progress bar on stderr."""
-    first = _first_alike(rows)
+    first = first_alike(rows)
     alike = Counter(first)
     todo = [index for index in range(len(rows)) if first[index] == index]
     outcomes: dict[int, StepMetrics | str] = {}
