@@ -268,9 +268,9 @@ def _result(row: dict[str, Any], outcome: StepMetrics | str, params: CostParams)
     tokens, tflops = _measured(row)
     common = dict(name=row["name"], gpu=row["gpu"], model=row["model"],
                   measured_tokens_per_s_per_gpu=tokens, measured_tflops_per_gpu=tflops)
+    if isinstance(outcome, str):
+        return _failed(outcome, common)
     try:
-        if isinstance(outcome, str):
-            return _failed(outcome, common)
         scenario = replace(row_scenario(row), params=params)
         comparison = row_comparison(row, scenario, outcome.tokens_per_s_per_gpu)
     except ValueError as failure:
