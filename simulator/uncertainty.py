@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from itertools import combinations
 
 import numpy as np
 
@@ -92,17 +93,21 @@ def parameter_spread(keys: list[str], jacobian: np.ndarray, residual: np.ndarray
     covariance, blind = _covariance(jacobian[np.ix_(informing, free)]
                                     * weights[informing, None],
                                     (residual * weights)[informing], (upper - lower)[free])
-    pairs = []
     for a, i in enumerate(free):
+        std[keys[i]] = math.inf if blind[a] else math.sqrt(max(float(covariance[a, a]), 0.0))
         if blind[a]:
-            std[keys[i]], undetermined[keys[i]] = math.inf, NOT_IDENTIFIABLE
-            continue
-        std[keys[i]] = math.sqrt(max(float(covariance[a, a]), 0.0))
-        for b in range(a + 1, len(free)):
-            if blind[b] or not std[keys[i]] or covariance[b, b] <= 0:
-                continue
-            rho = float(covariance[a, b] / math.sqrt(covariance[a, a] * covariance[b, b]))
-            if abs(rho) >= CORRELATED:
-                pairs.append((keys[i], keys[free[b]], rho))
+            undetermined[keys[i]] = NOT_IDENTIFIABLE
+    seen = [a for a in range(len(free)) if not blind[a]]
     return Spread(std_errors=std, undetermined=undetermined,
-                  correlations=tuple(sorted(pairs, key=lambda pair: -abs(pair[2]))))
+                  correlations=_strong_pairs([keys[free[a]] for a in seen],
+                                             covariance[np.ix_(seen, seen)]))
+
+
+def _strong_pairs(names: list[str], covariance: np.ndarray) -> tuple[tuple[str, str, float], ...]:
+    """The pairs of `names` whose correlation is at least CORRELATED, strongest first (none
+    for a value of zero spread)."""
+    deviation = np.sqrt(np.clip(np.diag(covariance), 0.0, None))
+    pairs = [(names[a], names[b], float(covariance[a, b] / (deviation[a] * deviation[b])))
+             for a, b in combinations(range(len(names)), 2) if deviation[a] and deviation[b]]
+    return tuple(sorted((pair for pair in pairs if abs(pair[2]) >= CORRELATED),
+                        key=lambda pair: -abs(pair[2])))
