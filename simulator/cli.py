@@ -290,8 +290,9 @@ def _fit_loss(args: argparse.Namespace) -> Loss:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
-    if args.jobs < 1 or args.max_evaluations < 1:
-        raise ValueError("--jobs and --max-evaluations must be >= 1")
+    for flag, value in (("--jobs", args.jobs), ("--max-evaluations", args.max_evaluations)):
+        if value < 1:
+            raise ValueError(f"{flag}={value}: must be >= 1")
     _check_outputs(args.output)
     if args.rerun and (args.start or args.parameters or args.first_principles):
         raise ValueError(f"--rerun {args.rerun}: takes its parameters and start from the file; "

@@ -90,6 +90,13 @@ def test_a_bad_loss_scale_gets_one_line_error(tmp_path, one_line_error, scale):
     assert not (tmp_path / "c.yaml").exists()
 
 
+@pytest.mark.parametrize("flag", ["--jobs", "--max-evaluations"])
+def test_a_count_below_one_is_named_with_its_value(tmp_path, one_line_error, flag):
+    line = one_line_error(["calibrate", str(FIXTURE), "-o", str(tmp_path / "c.yaml"), flag, "0"])
+    assert f"{flag}=0: must be >= 1" in line
+    assert not (tmp_path / "c.yaml").exists()
+
+
 def test_an_unknown_loss_is_refused_by_name(tmp_path, capsys):
     from simulator.cli import main
 
