@@ -67,10 +67,29 @@ def _repeats_block(found: Mapping[str, Any]) -> list[str]:
     return [head, format_table(lines)]
 
 
+def _gpu_pairs_block(found: Mapping[str, Any]) -> list[str]:
+    head = (f"GPU pairs, one workload measured on two GPUs: {found['n_pairs']} "
+            f"pair{'s' if found['n_pairs'] != 1 else ''}; the faster GPU's lead predicted "
+            f"within {found['median_abs_error_pct']:.1f} % at the median and "
+            f"{found['max_abs_error_pct']:.1f} % at most ({found['mean_error_pct']:+.1f} % on "
+            f"average); the measured faster GPU predicted faster in {found['same_faster']} of "
+            f"{found['n_pairs']}\n(lead = faster / slower as measured; error < 0: moesim puts "
+            f"the two closer than they measured)")
+    digest = [{"faster/slower": gpus, "pairs": d["n"], "median error %": d["median_error_pct"],
+               "error % range": f"{d['min_error_pct']:+.1f} .. {d['max_error_pct']:+.1f}"}
+              for gpus, d in found["by_gpus"].items()]
+    lines = [{"faster": p["faster"], "slower": p["slower"], "rows": " / ".join(p["rows"]),
+              "on": p["on"], "measured lead": f"x{p['measured_lead']:.3f}",
+              "predicted lead": f"x{p['predicted_lead']:.3f}", "error %": p["lead_error_pct"]}
+             for p in found["pairs"]]
+    return [head, format_table(digest), "", format_table(lines)]
+
+
 def format_validation(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, Any]) -> str:
     """Every row, the counts and the error statistics; then each optimisation ladder
-    (`summary["ladders"]`, simulator.ladders) with its steps and climb, and the groups of
-    repeated measurements (`summary["repeats"]`, simulator.repeats)."""
+    (`summary["ladders"]`, simulator.ladders) with its steps and climb, the groups of
+    repeated measurements (`summary["repeats"]`, simulator.repeats) and the pairs of rows
+    that ran one workload on two GPUs (`summary["gpu_pairs"]`, simulator.gpu_pairs)."""
     blocks = [format_table([_row_line(r) for r in rows]), "",
               f"{summary['n']} rows, {summary['n_failed']} failed", "",
               format_table(_stat_rows(summary))]
@@ -78,4 +97,6 @@ def format_validation(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, A
         blocks += ["", *_ladder_block(name, ladder)]
     if summary.get("repeats", {}).get("n_groups"):
         blocks += ["", *_repeats_block(summary["repeats"])]
+    if summary.get("gpu_pairs", {}).get("n_pairs"):
+        blocks += ["", *_gpu_pairs_block(summary["gpu_pairs"])]
     return "\n".join(blocks)

@@ -53,6 +53,7 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    params_value, params_with, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
                                calibration_document, fit)
+from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
 from simulator.repeats import repeats
@@ -383,10 +384,11 @@ def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParamete
 def _summary(results: list[RowResult], rows: list[dict[str, Any]],
              by: tuple[str, ...] = ()) -> dict[str, Any]:
     """The error statistics of `summarize` (also per value of each column in `by`), every
-    optimisation ladder among the rows, and the rows that moesim simulates alike
-    (simulator.repeats)."""
+    optimisation ladder among the rows, the rows that moesim simulates alike
+    (simulator.repeats) and the pairs of rows that ran one workload on two GPUs
+    (simulator.gpu_pairs)."""
     return {**summarize(results, rows, by), "ladders": ladders(results),
-            "repeats": repeats(rows, results)}
+            "repeats": repeats(rows, results), "gpu_pairs": gpu_pairs(rows, results)}
 
 
 def _by_columns(options: list[str], rows: list[dict[str, Any]]) -> tuple[str, ...]:

@@ -20,23 +20,7 @@ from __future__ import annotations
 import statistics
 from typing import Any, Sequence
 
-from simulator.validation import RowResult, scenario_key
-
-TOKENS = "tokens/s"
-
-
-def _metric(result: RowResult, row: dict[str, Any]) -> str:
-    """The metric `result`'s error is on."""
-    if result.measured_tokens_per_s_per_gpu is not None:
-        return TOKENS
-    return f"TFLOP/s ({row['flops_formula']})"
-
-
-def _values(result: RowResult, metric: str) -> tuple[float | None, float | None]:
-    """`result`'s measured and predicted value on `metric`."""
-    if metric == TOKENS:
-        return result.measured_tokens_per_s_per_gpu, result.predicted_tokens_per_s_per_gpu
-    return result.measured_tflops_per_gpu, result.predicted_tflops_per_gpu
+from simulator.validation import RowResult, error_metric, metric_values, scenario_key
 
 
 def _group(members: list[tuple[RowResult, float]], metric: str) -> dict[str, Any]:
@@ -46,7 +30,7 @@ def _group(members: list[tuple[RowResult, float]], metric: str) -> dict[str, Any
     errors = [r.error_pct for r, _ in members if r.error_pct is not None]
     return {"rows": [r.name for r, _ in members], "on": metric, "measured": measured,
             "spread_pct": 100 * (high / low - 1), "floor_pct": 100 * (high - low) / (high + low),
-            "predicted": _values(members[0][0], metric)[1],
+            "predicted": metric_values(members[0][0], metric)[1],
             "error_range_pct": [min(errors), max(errors)] if errors else None}
 
 
@@ -59,8 +43,8 @@ def repeats(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> dic
         row = row_of.get(result.name)
         if result.status != "ok" or row is None:
             continue
-        metric = _metric(result, row)
-        measured = _values(result, metric)[0]
+        metric = error_metric(result, row)
+        measured = metric_values(result, metric)[0]
         if measured:
             found.setdefault((metric, scenario_key(row)), []).append((result, measured))
     groups = sorted((_group(members, metric) for (metric, _), members in found.items()

@@ -62,6 +62,8 @@ CONTAINER_RECIPES = {"mb260601-": "mbridge-26.06.01"}
 INTEGER_COLUMNS = ("num_gpus", "tp", "pp", "vpp", "ep", "etp", "cp", "mbs", "gbs", "seq_len",
                    "fsdp", "mtp_layers")
 MEASURED_COLUMNS = ("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu")
+# The metric of a row whose error is on tokens/s (simulator.validation.error_metric).
+TOKENS = "tokens/s"
 # Columns with a closed vocabulary (data/README.md): the values each may take.
 VOCABULARY = {"fsdp": ("0", "1"), "a2a_overlap": ("", "0", "1"), "fp8_attention": ("", "0", "1"),
               "routing": ("", "balanced", "dropless", "tokendrop")}
@@ -245,6 +247,21 @@ def row_comparison(row: dict[str, Any], scenario: Scenario,
             "measured_tflops_per_gpu": tflops, "flops_formula": row["flops_formula"],
             "predicted_tokens_per_s_per_gpu": predicted_tokens_per_s_per_gpu,
             "predicted_tflops_per_gpu": predicted_tflops, "error_pct": error}
+
+
+def error_metric(result: RowResult, row: dict[str, Any]) -> str:
+    """The metric `result`'s error is on: tokens/s where measured, else TFLOP/s counted with
+    the row's `flops_formula`."""
+    if result.measured_tokens_per_s_per_gpu is not None:
+        return TOKENS
+    return f"TFLOP/s ({row['flops_formula']})"
+
+
+def metric_values(result: RowResult, metric: str) -> tuple[float | None, float | None]:
+    """`result`'s measured and predicted value on `metric` (see `error_metric`)."""
+    if metric == TOKENS:
+        return result.measured_tokens_per_s_per_gpu, result.predicted_tokens_per_s_per_gpu
+    return result.measured_tflops_per_gpu, result.predicted_tflops_per_gpu
 
 
 def scenario_key(row: dict[str, Any]) -> str:
