@@ -16,6 +16,7 @@ when both count FLOPs with the same formula; any other pair is left out.
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Sequence
 
@@ -29,17 +30,23 @@ def workload_key(row: dict[str, Any]) -> tuple[str, ...]:
     return (row["name"].split("-")[0], *(str(row[column]) for column in WORKLOAD_COLUMNS))
 
 
-def _pair(first: tuple[RowResult, str], second: tuple[RowResult, str]) -> dict[str, Any]:
-    """Two results on one metric, the faster measured first."""
-    (a, metric), (b, _) = first, second
-    (measured_a, predicted_a), (measured_b, predicted_b) = (metric_values(a, metric),
-                                                            metric_values(b, metric))
-    assert measured_a and predicted_a and measured_b and predicted_b  # gpu_pairs keeps these
-    if measured_b > measured_a:
-        (a, measured_a, predicted_a), (b, measured_b, predicted_b) = (
-            (b, measured_b, predicted_b), (a, measured_a, predicted_a))
-    measured_lead, predicted_lead = measured_a / measured_b, predicted_a / predicted_b
-    return {"faster": a.gpu, "slower": b.gpu, "rows": [a.name, b.name], "on": metric,
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """A row that ran, on the metric its error is on."""
+
+    result: RowResult
+    metric: str
+    measured: float
+    predicted: float
+
+
+def _pair(first: _Point, second: _Point) -> dict[str, Any]:
+    """Two points on one metric; the faster is the one measured faster."""
+    faster, slower = sorted((first, second), key=lambda point: point.measured, reverse=True)
+    measured_lead = faster.measured / slower.measured
+    predicted_lead = faster.predicted / slower.predicted
+    return {"faster": faster.result.gpu, "slower": slower.result.gpu,
+            "rows": [faster.result.name, slower.result.name], "on": faster.metric,
             "measured_lead": measured_lead, "predicted_lead": predicted_lead,
             "lead_error_pct": 100 * (predicted_lead / measured_lead - 1),
             "same_faster": predicted_lead >= 1}
@@ -57,17 +64,19 @@ def gpu_pairs(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> d
     is the measured one, and per pair of GPUs ("gb300/gb200") the median, least and largest
     lead error. Statistics are None when there is no pair."""
     row_of = {row["name"]: row for row in rows}
-    found: dict[tuple[str, ...], list[tuple[RowResult, str]]] = {}
+    found: dict[tuple[str, ...], list[_Point]] = {}
     for result in results:
         row = row_of.get(result.name)
         if result.status != "ok" or row is None:
             continue
         metric = error_metric(result, row)
-        if all(metric_values(result, metric)):
-            found.setdefault(workload_key(row), []).append((result, metric))
+        measured, predicted = metric_values(result, metric)
+        if measured and predicted:
+            found.setdefault(workload_key(row), []).append(
+                _Point(result, metric, measured, predicted))
     pairs = sorted((_pair(a, b) for members in found.values()
                     for a, b in combinations(members, 2)
-                    if a[0].gpu != b[0].gpu and a[1] == b[1]),
+                    if a.result.gpu != b.result.gpu and a.metric == b.metric),
                    key=lambda p: (p["faster"], p["slower"], p["lead_error_pct"]))
     errors = [p["lead_error_pct"] for p in pairs]
     by_gpus: dict[str, list[dict[str, Any]]] = {}
