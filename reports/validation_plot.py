@@ -4,6 +4,11 @@ name of every row missed by more than LABEL_BEYOND beside its point.
 Points are plotted on the quantity each row's error is taken on (tokens/s/GPU where measured,
 else TFLOP/s/GPU), normalised so that both kinds share one diagonal: x = measured, y =
 predicted, each divided by the row's measured value's own unit.
+
+Where the rows hold GPU pairs (simulator.gpu_pairs), a second panel draws each pair's
+predicted lead against its measured lead (linear axes, the ±5 % band, one colour per
+faster/slower pair of GPUs), and names the faster row of every pair whose lead is missed by
+more than PAIR_LABEL_BEYOND.
 """
 
 from __future__ import annotations
@@ -11,12 +16,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from matplotlib import colormaps
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from reports.files import save_png
 
 BAND = 0.10
 LABEL_BEYOND = 0.15
+PAIR_BAND = 0.05
+PAIR_LABEL_BEYOND = 0.10
 
 
 def _pairs(row: Mapping[str, Any]) -> tuple[float, float, str] | None:
@@ -28,10 +37,37 @@ def _pairs(row: Mapping[str, Any]) -> tuple[float, float, str] | None:
     return row["measured_tflops_per_gpu"], row["predicted_tflops_per_gpu"], "TFLOP/s/GPU"
 
 
-def validation_figure(rows: Sequence[Mapping[str, Any]], title: str) -> Figure:
-    """The scatter; rows are validation records (status, measured_*, predicted_*, gpu)."""
-    figure = Figure(figsize=(7.5, 6.5))
-    axes = figure.add_subplot()
+def _draw_pairs(axes: Axes, pairs: Sequence[Mapping[str, Any]]) -> None:
+    """Predicted against measured lead of each GPU pair (gpu_pairs' "pairs")."""
+    leads = [v for p in pairs for v in (p["measured_lead"], p["predicted_lead"])]
+    low, high = min(leads + [1.0]) / 1.05, max(leads) * 1.05
+    axes.plot([low, high], [low, high], color="black", linewidth=1, label="predicted = measured")
+    axes.fill_between([low, high], [low * (1 - PAIR_BAND), high * (1 - PAIR_BAND)],
+                      [low * (1 + PAIR_BAND), high * (1 + PAIR_BAND)], color="0.85",
+                      label="±5 %")
+    colours = colormaps["tab20"]
+    for index, gpus in enumerate(sorted({(p["faster"], p["slower"]) for p in pairs})):
+        mine = [p for p in pairs if (p["faster"], p["slower"]) == gpus]
+        axes.scatter([p["measured_lead"] for p in mine], [p["predicted_lead"] for p in mine],
+                     s=28, color=colours(index % colours.N), label=f"{gpus[0]} over {gpus[1]}",
+                     zorder=3)
+    for pair in pairs:
+        if abs(pair["lead_error_pct"]) > 100 * PAIR_LABEL_BEYOND:
+            axes.annotate(pair["rows"][0], (pair["measured_lead"], pair["predicted_lead"]),
+                          xytext=(4, -3), textcoords="offset points", fontsize=6, color="0.25")
+    axes.set(xlim=(low, high), ylim=(low, high),
+             xlabel="measured lead (faster / slower GPU)", ylabel="predicted lead",
+             title=f"GPU pairs: one workload on two GPUs ({len(pairs)})")
+    axes.legend(fontsize=7, loc="upper left")
+    axes.grid(True, linewidth=0.3)
+
+
+def validation_figure(rows: Sequence[Mapping[str, Any]], title: str,
+                      pairs: Sequence[Mapping[str, Any]] = ()) -> Figure:
+    """The scatter; rows are validation records (status, measured_*, predicted_*, gpu); with
+    `pairs` (gpu_pairs' "pairs"), the GPU pairs beside it."""
+    figure = Figure(figsize=(15.0, 6.5) if pairs else (7.5, 6.5))
+    axes = figure.add_subplot(1, 2 if pairs else 1, 1)
     points = [(row["gpu"], pair) for row in rows if (pair := _pairs(row)) is not None]
     values = [v for _, (m, p, _) in points for v in (m, p)] or [1.0, 10.0]
     low, high = min(values) / 1.5, max(values) * 1.5
@@ -53,12 +89,14 @@ def validation_figure(rows: Sequence[Mapping[str, Any]], title: str) -> Figure:
              xlabel="measured", ylabel="predicted by moesim", title=title)
     axes.legend(fontsize=8, loc="upper left")
     axes.grid(True, which="both", linewidth=0.3)
+    if pairs:
+        _draw_pairs(figure.add_subplot(1, 2, 2), pairs)
     figure.tight_layout()
     return figure
 
 
 def write_validation_plot(rows: Sequence[Mapping[str, Any]], path: str | Path,
-                          title: str) -> Figure:
-    figure = validation_figure(rows, title)
+                          title: str, pairs: Sequence[Mapping[str, Any]] = ()) -> Figure:
+    figure = validation_figure(rows, title, pairs)
     save_png(figure, path)
     return figure

@@ -418,7 +418,8 @@ def _validate(args: argparse.Namespace) -> int:
     if args.plot:
         median = summary["median_abs_error_pct"]
         write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} " + (
-            "(no row ran)" if median is None else f"(median |error| {median:.1f} %)"))
+            "(no row ran)" if median is None else f"(median |error| {median:.1f} %)"),
+            summary["gpu_pairs"]["pairs"])
     if args.json:
         print(json.dumps({"rows": rows, "summary": summary}, indent=1))
     else:

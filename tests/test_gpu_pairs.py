@@ -139,3 +139,26 @@ def test_validate_reports_gpu_pairs(tmp_path, capsys):
     assert "GPU pairs, one workload measured on two GPUs: 1 pair;" in out
     assert "fixture-llama8b-h200-8 / fixture-llama8b-h100-8" in out
     assert f"{pair['lead_error_pct']:+.1f} .. {pair['lead_error_pct']:+.1f}" in out
+
+
+def test_the_figure_draws_the_pairs_beside_the_rows():
+    """One point per pair on the second panel, the faster row named where the lead is
+    missed by more than 10 %; without pairs, one panel."""
+    from dataclasses import asdict
+
+    from reports.validation_plot import validation_figure
+    rows = [_row("mb2606-a-gb200", "gb200", measured_tokens_per_s_per_gpu="1000"),
+            _row("mb2606-a-gb300", "gb300", measured_tokens_per_s_per_gpu="1150"),
+            _row("mb2608-b-gb200", "gb200", measured_tokens_per_s_per_gpu="1000"),
+            _row("mb2608-b-gb300", "gb300", measured_tokens_per_s_per_gpu="1500")]
+    results = [_result(rows[0], 1000.0), _result(rows[1], 1100.0),
+               _result(rows[2], 1000.0), _result(rows[3], 1200.0)]
+    pairs = gpu_pairs(rows, results)["pairs"]
+    records = [asdict(r) for r in results]
+    figure = validation_figure(records, "fixture", pairs)
+    assert len(figure.axes) == 2
+    drawn = figure.axes[1]
+    assert sum(len(c.get_offsets()) for c in drawn.collections
+               if hasattr(c, "get_offsets")) >= len(pairs) == 2
+    assert [text.get_text() for text in drawn.texts] == ["mb2608-b-gb300"]
+    assert len(validation_figure(records, "fixture").axes) == 1
