@@ -37,14 +37,19 @@ def _pairs(row: Mapping[str, Any]) -> tuple[float, float, str] | None:
     return row["measured_tflops_per_gpu"], row["predicted_tflops_per_gpu"], "TFLOP/s/GPU"
 
 
+def _diagonal(axes: Axes, low: float, high: float, band: float) -> None:
+    """The line predicted = measured from `low` to `high`, and the ±`band` around it in grey."""
+    axes.plot([low, high], [low, high], color="black", linewidth=1, label="predicted = measured")
+    axes.fill_between([low, high], [low * (1 - band), high * (1 - band)],
+                      [low * (1 + band), high * (1 + band)], color="0.85",
+                      label=f"±{100 * band:.0f} %")
+
+
 def _draw_pairs(axes: Axes, pairs: Sequence[Mapping[str, Any]]) -> None:
     """Predicted against measured lead of each GPU pair (gpu_pairs' "pairs")."""
     leads = [v for p in pairs for v in (p["measured_lead"], p["predicted_lead"])]
     low, high = min(leads + [1.0]) / 1.05, max(leads) * 1.05
-    axes.plot([low, high], [low, high], color="black", linewidth=1, label="predicted = measured")
-    axes.fill_between([low, high], [low * (1 - PAIR_BAND), high * (1 - PAIR_BAND)],
-                      [low * (1 + PAIR_BAND), high * (1 + PAIR_BAND)], color="0.85",
-                      label="±5 %")
+    _diagonal(axes, low, high, PAIR_BAND)
     colours = colormaps["tab20"]
     for index, gpus in enumerate(sorted({(p["faster"], p["slower"]) for p in pairs})):
         mine = [p for p in pairs if (p["faster"], p["slower"]) == gpus]
@@ -71,9 +76,7 @@ def validation_figure(rows: Sequence[Mapping[str, Any]], title: str,
     points = [(row["gpu"], pair) for row in rows if (pair := _pairs(row)) is not None]
     values = [v for _, (m, p, _) in points for v in (m, p)] or [1.0, 10.0]
     low, high = min(values) / 1.5, max(values) * 1.5
-    axes.plot([low, high], [low, high], color="black", linewidth=1, label="predicted = measured")
-    axes.fill_between([low, high], [low * (1 - BAND), high * (1 - BAND)],
-                      [low * (1 + BAND), high * (1 + BAND)], color="0.85", label="±10 %")
+    _diagonal(axes, low, high, BAND)
     for gpu in sorted({g for g, _ in points}):
         for unit, marker in (("tokens/s/GPU", "o"), ("TFLOP/s/GPU", "^")):
             mine = [(m, p) for g, (m, p, u) in points if g == gpu and u == unit]

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, Sequence
 
-from simulator.validation import RowResult, error_metric, metric_values
+from simulator.validation import RowResult, error_metric, error_stats, metric_values
 
 WORKLOAD_COLUMNS = ("model", "precision", "num_gpus", "seq_len", "routing", "mtp_layers")
 
@@ -60,7 +60,8 @@ def _digest(pairs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def gpu_pairs(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> dict[str, Any]:
     """Every pair among the rows that ran, by GPUs (faster first) and then lead error; the
-    median and max |lead error|, their mean signed, in how many pairs the predicted faster GPU
+    error statistics of the lead errors (`error_stats`: median, mean and max |error|, mean
+    signed), in how many pairs the predicted faster GPU
     is the measured one, and per pair of GPUs ("gb300/gb200") the median, least and largest
     lead error. Statistics are None when there is no pair."""
     row_of = {row["name"]: row for row in rows}
@@ -82,10 +83,7 @@ def gpu_pairs(rows: Sequence[dict[str, Any]], results: Sequence[RowResult]) -> d
     by_gpus: dict[str, list[dict[str, Any]]] = {}
     for pair in pairs:
         by_gpus.setdefault(f"{pair['faster']}/{pair['slower']}", []).append(pair)
-    return {"n_pairs": len(pairs),
-            "median_abs_error_pct": statistics.median(map(abs, errors)) if errors else None,
-            "max_abs_error_pct": max(map(abs, errors)) if errors else None,
-            "mean_error_pct": statistics.mean(errors) if errors else None,
+    return {"n_pairs": len(pairs), **error_stats(errors),
             "same_faster": sum(p["same_faster"] for p in pairs),
             "by_gpus": {gpus: _digest(members) for gpus, members in by_gpus.items()},
             "pairs": pairs}

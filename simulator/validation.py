@@ -362,7 +362,7 @@ def _simulated_indexed(item: tuple[int, dict[str, Any]],
     return index, _simulated(row, params)
 
 
-def _stats(errors: list[float]) -> dict[str, float | None]:
+def error_stats(errors: list[float]) -> dict[str, float | None]:
     """Median, mean and max absolute error, and the mean signed error (the bias: + when
     moesim predicts faster than measured); None (JSON null) for each when no row ran."""
     absolute = sorted(abs(e) for e in errors)
@@ -385,7 +385,7 @@ def _label_order(label: str) -> tuple[int, float, str]:
 def _groups(labels: list[str], errors: list[float]) -> dict[str, dict[str, Any]]:
     """The statistics of the errors of each label, labels in `_label_order`."""
     return {label: {"n": labels.count(label),
-                    **_stats([e for other, e in zip(labels, errors) if other == label])}
+                    **error_stats([e for other, e in zip(labels, errors) if other == label])}
             for label in sorted(set(labels), key=_label_order)}
 
 
@@ -399,7 +399,7 @@ def summarize(results: list[RowResult], rows: list[dict[str, Any]] | None = None
     ok = [i for i, r in enumerate(results) if r.status == "ok" and r.error_pct is not None]
     errors = [float(results[i].error_pct or 0.0) for i in ok]
     summary: dict[str, Any] = {"n": len(results), "n_failed": len(results) - len(ok),
-                               **_stats(errors)}
+                               **error_stats(errors)}
     for key in ("gpu", "model"):
         summary[f"by_{key}"] = _groups([getattr(results[i], key) for i in ok], errors)
     for column in by:

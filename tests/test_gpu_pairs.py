@@ -76,8 +76,9 @@ def test_only_one_workload_on_two_gpus_makes_a_pair():
     results = [_result(r, 1000.0) for r in rows]
     failed = _row("mb2606-h-b200", "b200", measured_tokens_per_s_per_gpu="900")
     found = gpu_pairs(rows + [failed], results + [_result(failed, 900.0, status="failed")])
-    assert found == {"n_pairs": 0, "median_abs_error_pct": None, "max_abs_error_pct": None,
-                     "mean_error_pct": None, "same_faster": 0, "by_gpus": {}, "pairs": []}
+    assert found == {"n_pairs": 0, "median_abs_error_pct": None, "mean_abs_error_pct": None,
+                     "max_abs_error_pct": None, "mean_error_pct": None, "same_faster": 0,
+                     "by_gpus": {}, "pairs": []}
     summary = {"n": 9, "n_failed": 1, "median_abs_error_pct": 0.0, "mean_abs_error_pct": 0.0,
                "max_abs_error_pct": 0.0, "by_gpu": {}, "by_model": {}, "gpu_pairs": found}
     assert "GPU pairs" not in format_validation([], summary)
