@@ -25,6 +25,9 @@ from workloads.recipes import DISPATCHERS
 # The key prefix of TE's fused grouped MLP in grouped_gemm_efficiency ("fused-<architecture>-
 # <precision>", else "fused-<precision>").
 FUSED = "fused"
+# The fabric of an NVLink domain of at most BASEBOARD_GPUS GPUs in comm_efficiency keys.
+NVLINK8 = "nvlink8"
+BASEBOARD_GPUS = 8
 
 
 MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
@@ -42,7 +45,8 @@ KEY_GRAMMAR = {
                                 "[ARCHITECTURE-|fused-[ARCHITECTURE-]]PRECISION"),
     "attention_efficiency": (rf"(?:(?:{_ARCHITECTURE}|window)-)?(?:{_PRECISION})(?:-d\d+)?",
                              "[ARCHITECTURE-|window-]PRECISION[-dHEAD_DIM]"),
-    "comm_efficiency": (rf"(?:{_ALGORITHM})-(?:nvlink|network)", "ALGORITHM-(nvlink|network)"),
+    "comm_efficiency": (rf"(?:{_ALGORITHM})-(?:nvlink8|nvlink|network)",
+                        "ALGORITHM-(nvlink8|nvlink|network)"),
     "collective_overhead_s": (rf"{_ALGORITHM}|p2p", "ALGORITHM or p2p"),
 }
 
@@ -173,10 +177,20 @@ class CostParams:
     # alltoall-nvlink: NCCL all-to-all at EP32 was no faster than that DeepEP (the guide, same
     # section: switching to DeepEP brought "no communication benefits"), so ~0.3;
     # *-network EP kernels: 43-58 of 50 GB/s on CX-7 (DeepEP docs/legacy.md).
+    # "<algorithm>-nvlink8": inside an NVLink domain of at most 8 GPUs (an HGX/DGX baseboard),
+    # where DeepEP runs its own intranode kernels (NUM_MAX_NVL_PEERS = 8) rather than the
+    # rack-scale port the GB200 guide measured; without an entry, "<algorithm>-nvlink".
+    # deepep-nvlink8, measured, not fitted: 8 H100, 4,096 tokens, hidden 7,168, top-8 of 32
+    # experts, 20 SMs: dispatch 329, combine 287 GB/s of received bytes (tile-ai/tilescale
+    # examples/distributed/deepep README, DeepEP's kernels in its harness), 7/8 of them remote:
+    # 0.64 and 0.56 of 450 GB/s, 0.60 over the pair. The same kernels on H800 (153 / 158 GB/s,
+    # DeepEP docs/legacy.md) reach 0.67 / 0.69 of its 200, and on 8 B200 at 24 SMs about 0.60
+    # (tilescale examples/distributed/deepep_v2 README: 1,048 / 990 us at 64 SMs, 11 / 9 %
+    # slower at 24).
     comm_efficiency: Mapping[str, float] = field(default_factory=lambda: _frozen({
         "nccl-nvlink": 0.80, "nccl-network": 0.85,
         "hybridep-nvlink": 0.65, "hybridep-network": 0.90,
-        "deepep-nvlink": 0.33, "deepep-network": 0.90,
+        "deepep-nvlink": 0.33, "deepep-nvlink8": 0.60, "deepep-network": 0.90,
         "alltoall-nvlink": 0.30, "alltoall-network": 0.80,
         "allgather-nvlink": 0.50, "allgather-network": 0.80,
     }))
@@ -215,8 +229,8 @@ class CostParams:
         return (partial(CostParams, **values), ())
 
     def comm(self, algorithm: str, fabric: str) -> float:
-        """Efficiency of `algorithm` over `fabric` ("nvlink" or "network")."""
-        key = f"{algorithm}-{fabric}"
+        """Efficiency of `algorithm` over `fabric` ("nvlink8", "nvlink" or "network")."""
+        key = comm_key(self.comm_efficiency, algorithm, fabric)
         if key not in self.comm_efficiency:
             raise ValueError(f"comm_efficiency: no entry {key!r}; known are "
                              f"{', '.join(sorted(self.comm_efficiency))}")
@@ -224,6 +238,15 @@ class CostParams:
 
     def overhead_s(self, algorithm: str) -> float:
         return self.collective_overhead_s.get(algorithm, self.collective_overhead_s["nccl"])
+
+
+def comm_key(table: Mapping[str, float], algorithm: str, fabric: str) -> str:
+    """The key of comm_efficiency `table` that `algorithm` reads on `fabric`: "nvlink8" (an
+    NVLink domain of at most 8 GPUs) falls back to "nvlink" where it has no entry."""
+    key = f"{algorithm}-{fabric}"
+    if fabric == NVLINK8 and key not in table:
+        return f"{algorithm}-nvlink"
+    return key
 
 
 def _check_keys(name: str, table: Mapping[str, float]) -> None:
@@ -274,11 +297,14 @@ def efficiency_key(table: Mapping[str, float], prefix: str, precision_key: str,
 
 def params_value(params: CostParams, key: str) -> float:
     """The value of a scalar field, or of `field.key` inside a mapping field (falling back
-    as the cost model does, `efficiency_key`)."""
+    as the cost model does, `efficiency_key` and `comm_key`)."""
     name, _, entry = key.partition(".")
     current = getattr(params, name)
     if not entry:
         return float(current)
+    if name == "comm_efficiency":
+        algorithm, _, fabric = entry.rpartition("-")
+        return float(current.get(comm_key(current, algorithm, fabric), 0.0))
     parts = re.fullmatch(r"(.*?)(?:-d(\d+))?", entry)
     assert parts is not None  # the pattern matches any string
     prefix, _, precision = parts[1].rpartition("-")

@@ -20,8 +20,9 @@ Flows of all the groups a folded task stands for are pooled; flows whose paths c
 kinds of links form one class (they progress at the same rate by symmetry). A class's shape
 carries the static ECMP hashing of the fabric links it crosses (simulator.network), so flows
 that collide on hashed leaf/spine ports count wherever they come from. A class's bytes are
-divided by the efficiency of its algorithm on its fabric: a flow at efficiency e needs 1/e of
-the line-rate time.
+divided by the efficiency of its algorithm on its fabric (NVLink inside a domain of at most
+8 GPUs has entries of its own, `comm_key`): a flow at efficiency e needs 1/e of the line-rate
+time.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from topologies.topology import Topology
 from workloads.routing import expected_destinations
 from workloads.graph import Collective, Op
 
-from simulator.calibration import CostParams
+from simulator.calibration import BASEBOARD_GPUS, NVLINK8, CostParams
 from simulator.network import FlowClass, FlowShape
 
 
@@ -197,9 +198,12 @@ class CollectivePlanner:
 
     def _efficiency(self, collective: Collective, fabric: str) -> float:
         """The share of line rate `collective` reaches on `fabric`: its own measured NVLink
-        efficiency where it carries one, else its algorithm's calibrated one."""
+        efficiency where it carries one, else its algorithm's calibrated one (NVLink inside a
+        domain of at most 8 GPUs read as "nvlink8")."""
         if fabric == "nvlink" and collective.nvlink_efficiency is not None:
             return collective.nvlink_efficiency
+        if fabric == "nvlink" and self._topology.domain_size <= BASEBOARD_GPUS:
+            fabric = NVLINK8
         algorithm = "nccl" if collective.algorithm == "p2p" else collective.algorithm
         return self._params.comm(algorithm, fabric)
 

@@ -38,8 +38,8 @@ from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
-from simulator.calibration import (FIRST_PRINCIPLES, FUSED, CostParams, efficiency_key,
-                                   params_value, params_with)
+from simulator.calibration import (BASEBOARD_GPUS, FIRST_PRINCIPLES, FUSED, NVLINK8, CostParams,
+                                   comm_key, efficiency_key, params_value, params_with)
 from simulator.costs import peak_key, runs_per_tensor_fp8
 from simulator.scenario import Scenario
 from simulator.uncertainty import Spread, parameter_spread
@@ -116,12 +116,16 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
 
 # Parameters `--parameters` can name beyond the default set: the fused grouped MLP's rate per
 # GPU architecture (cuDNN's kernels run 1.15x as fast on Blackwell Ultra at the same peak;
-# the shipped rows do not support a difference, README "Accuracy").
+# the shipped rows do not support a difference, README "Accuracy"), and DeepEP's rate inside
+# an 8-GPU baseboard, measured (CostParams.comm_efficiency) and informed by a few rows only.
 OPTIONAL_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="grouped_gemm_efficiency.fused-blackwell-fp8", lower=0.2, upper=0.95,
                  meaning=FUSED_MLP.format("Blackwell")),
     FitParameter(key="grouped_gemm_efficiency.fused-blackwell-ultra-fp8", lower=0.2, upper=0.95,
                  meaning=FUSED_MLP.format("Blackwell Ultra")),
+    FitParameter(key="comm_efficiency.deepep-nvlink8", lower=0.1, upper=1.0,
+                 meaning="share of NVLink line rate that DeepEP dispatch/combine reach inside "
+                         "an NVLink domain of at most 8 GPUs"),
 )
 
 
@@ -209,6 +213,13 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
     if name in ("comm_efficiency", "collective_overhead_s"):
         algorithm = entry.split("-")[0]
         if key == "comm_efficiency.deepep-nvlink" and recipe.deepep_nvlink_efficiency is not None:
+            return False
+        fabric = entry.partition("-")[2]
+        board = (scenario.domain_size or scenario.system.gpus_per_domain) <= BASEBOARD_GPUS
+        if name == "comm_efficiency" and fabric == NVLINK8 and not board:
+            return False
+        if (name == "comm_efficiency" and fabric == "nvlink" and board
+                and comm_key(params.comm_efficiency, algorithm, NVLINK8) != entry):
             return False
         return algorithm not in DISPATCHERS or (
             scenario.model.is_moe and recipe.dispatcher == algorithm)

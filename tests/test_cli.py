@@ -82,7 +82,7 @@ def test_slower_gemms_slow_the_step(capsys):
     (["--set", "calibration.gemm_efficiency.blackwel-fp8=0.5"],
      ["gemm_efficiency.blackwel-fp8", "not a key the cost model reads", "PRECISION"]),
     (["--set", "calibration.comm_efficiency.hybridep-ib=0.5"],
-     ["comm_efficiency.hybridep-ib", "ALGORITHM-(nvlink|network)"]),
+     ["comm_efficiency.hybridep-ib", "ALGORITHM-(nvlink8|nvlink|network)"]),
 ])
 def test_bad_input_gets_one_line_error(one_line_error, args, words):
     line = one_line_error(["run", *args])

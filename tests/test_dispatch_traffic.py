@@ -15,7 +15,7 @@ from math import comb
 
 import pytest
 
-from simulator.calibration import CostParams
+from simulator.calibration import CostParams, params_value
 from simulator.collectives import CollectivePlanner
 from topologies.builders import build_topology
 from topologies.systems import load_system
@@ -77,3 +77,37 @@ def test_grouped_routing_sends_fewer_tokens_across_domains():
 def test_nccl_all_to_all_sends_every_pair_its_share():
     sent = _bytes_by_fabric("alltoall", None)
     assert sent == {"nvlink": {round(B / 8)}, "network": {round(B / 8)}}
+
+
+def _deepep_nvlink_bytes(system: str, params: CostParams,
+                         measured: float | None = None) -> set[float]:
+    """Bytes per NVLink flow (payload / efficiency) of a DeepEP all-to-all over 8 GPUs that
+    share one NVLink domain of `system`."""
+    topology = build_topology(load_system(system), 8)
+    collective = Collective(op=Op.ALL_TO_ALL, key="ep", bytes_per_rank=B,
+                            groups=(tuple(range(8)),), members=(0,), algorithm="deepep",
+                            expert_routing=(16, 2, 1, 1), nvlink_efficiency=measured)
+    (phase,) = CollectivePlanner(topology, params).phases(collective, nvls=False)
+    return {round(flow_class.bytes_per_flow) for flow_class in phase.classes}
+
+
+BOARD = CostParams(comm_efficiency={"deepep-nvlink": 0.25, "deepep-nvlink8": 0.5})
+
+
+def test_deepep_on_an_8_gpu_baseboard_reads_its_own_nvlink_efficiency():
+    """DGX H100's NVLink domain is 8 GPUs (DeepEP's intranode kernels): deepep-nvlink8; the
+    same 8 GPUs inside a GB300 NVL72 rack: deepep-nvlink."""
+    assert _deepep_nvlink_bytes("dgx-h100", BOARD) == {round(B / 8 / 0.5)}
+    assert _deepep_nvlink_bytes("gb300-nvl72", BOARD) == {round(B / 8 / 0.25)}
+
+
+def test_a_measured_deepep_efficiency_overrides_both():
+    assert _deepep_nvlink_bytes("dgx-h100", BOARD, measured=0.4) == {round(B / 8 / 0.4)}
+
+
+def test_without_an_nvlink8_entry_the_nvlink_one_is_read():
+    rack_only = CostParams(comm_efficiency={"deepep-nvlink": 0.25})
+    assert _deepep_nvlink_bytes("dgx-h100", rack_only) == {round(B / 8 / 0.25)}
+    assert rack_only.comm("deepep", "nvlink8") == 0.25
+    assert params_value(rack_only, "comm_efficiency.deepep-nvlink8") == 0.25
+    assert params_value(BOARD, "comm_efficiency.deepep-nvlink8") == 0.5

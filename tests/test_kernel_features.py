@@ -192,6 +192,25 @@ def test_touches_skips_rows_a_parameter_cannot_change():
         assert not touches(f"attention_efficiency.{key}", scenario, DEFAULT_PARAMS)
 
 
+def test_touches_tells_an_8_gpu_baseboard_from_a_rack_for_nvlink_rates():
+    """DeepEP on a DGX H100 reads deepep-nvlink8; on an NVL72 rack, or squeezed into 8-GPU
+    domains of it, the other key; a dispatcher without an nvlink8 entry reads nvlink on both,
+    and a fit that gives it one (the entry it fits) on the baseboard."""
+    gb300 = replace(default_scenario(), recipe=recipe_with(default_scenario().recipe,
+                                                           dispatcher="deepep"))
+    dgx = replace(gb300, system=load_system("dgx-h100"), domain_size=None)
+    squeezed = replace(gb300, domain_size=8)
+    assert touches("comm_efficiency.deepep-nvlink", gb300, DEFAULT_PARAMS)
+    assert not touches("comm_efficiency.deepep-nvlink8", gb300, DEFAULT_PARAMS)
+    for board in (dgx, squeezed):
+        assert touches("comm_efficiency.deepep-nvlink8", board, DEFAULT_PARAMS)
+        assert not touches("comm_efficiency.deepep-nvlink", board, DEFAULT_PARAMS)
+    alltoall = replace(dgx, recipe=recipe_with(dgx.recipe, dispatcher="alltoall",
+                                               dispatcher_sms=0))
+    assert touches("comm_efficiency.alltoall-nvlink", alltoall, DEFAULT_PARAMS)
+    assert touches("comm_efficiency.alltoall-nvlink8", alltoall, DEFAULT_PARAMS)
+
+
 def test_fused_grouped_mlp_launches_six_kernels_whatever_the_local_experts():
     fused = recipe_with(recipe("mbridge-26.06"), fused_grouped_mlp=True)
     for ep in (32, 64):
@@ -458,7 +477,8 @@ def test_untuned_deepep_moves_tokens_at_the_guides_measured_rate(make_scenario):
     graphed = recipe_with(recipe("modelzoo-2025"), cuda_graphs="full", rank_capacity_factor=1.0)
     plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=4096, ep=8)
     scenarios = [replace(make_scenario(recipe_=recipe_with(
-        graphed, deepep_nvlink_efficiency=efficiency)), plan=plan) for efficiency in (None, 0.1)]
+        graphed, deepep_nvlink_efficiency=efficiency), domain_size=72), plan=plan)
+        for efficiency in (None, 0.1)]  # one rack-scale domain, as the guide's: deepep-nvlink
     tuned, untuned = (run_scenario(s).metrics.breakdown_s["exposed_ep"] for s in scenarios)
     assert untuned > 1.5 * tuned > 0
     assert touches("comm_efficiency.deepep-nvlink", scenarios[0], DEFAULT_PARAMS)
