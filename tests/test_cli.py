@@ -2,10 +2,14 @@
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
-from simulator.cli import main
+from simulator.cli import main, unused_calibration_settings
+from simulator.scenario import default_scenario
+from topologies.systems import load_system
+from workloads.recipes import recipe_with
 
 JSON_KEYS = {"step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu",
              "model_flops_per_token", "breakdown_s", "memory_bytes_per_gpu", "scenario"}
@@ -87,6 +91,25 @@ def test_slower_gemms_slow_the_step(capsys):
 def test_bad_input_gets_one_line_error(one_line_error, args, words):
     line = one_line_error(["run", *args])
     assert all(word in line for word in words)
+
+
+def test_a_calibration_setting_that_no_kernel_reads_is_named(capsys):
+    """Hopper's FP8 rate changes nothing on GB300; Blackwell Ultra's is read there."""
+    assert main(["run", "--json", "--model", "llama3-8b", "--gbs", "256",
+                 "--set", "calibration.gemm_efficiency.hopper-fp8=0.5",
+                 "--set", "calibration.gemm_efficiency.blackwell-ultra-fp8=0.5"]) == 0
+    err = capsys.readouterr().err
+    assert "--set calibration.gemm_efficiency.hopper-fp8 changes nothing in this run" in err
+    assert "blackwell-ultra-fp8" not in err
+
+
+def test_the_rack_rate_on_an_8_gpu_baseboard_is_named_with_the_key_read_there():
+    dgx = replace(default_scenario(), system=load_system("dgx-h100"), domain_size=None,
+                  recipe=recipe_with(default_scenario().recipe, dispatcher="deepep"))
+    settings = ["calibration.comm_efficiency.deepep-nvlink=0.9",
+                "calibration.comm_efficiency.deepep-nvlink8 = 0.5", "pdl=true"]
+    assert unused_calibration_settings(settings, dgx) == [
+        "calibration.comm_efficiency.deepep-nvlink"]
 
 
 def test_a_dense_model_runs_without_expert_parallelism_unless_asked(capsys, one_line_error):
