@@ -127,9 +127,9 @@ def _run(args: argparse.Namespace) -> int:
     _check_outputs(args.trace, args.gantt)
     scenario = scenario_from_args(args)
     for key in unused_calibration_settings(args.set, scenario):
-        board = key.endswith("-nvlink") and not unused_calibration_settings([f"{key}8"],
-                                                                            scenario)
-        hint = f"; its NVLink domain of at most 8 GPUs reads {key}8" if board else ""
+        reads_nvlink8 = key.endswith("-nvlink") and not unused_calibration_settings(
+            [f"{key}8"], scenario)
+        hint = f"; its NVLink domain of at most 8 GPUs reads {key}8" if reads_nvlink8 else ""
         print(f"moesim: --set {key} changes nothing in this run (no kernel or collective of it "
               f"reads it{hint})", file=sys.stderr)
     result = run_scenario(scenario, folded=not args.unfolded)
