@@ -44,15 +44,16 @@ from reports.validation_plot import write_validation_plot
 from reports.validation_table import format_validation
 from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
                                summarise, summary_rows)
-from simulator.cli_scenario import add_scenario_flags, run_document, scenario_from_args
+from simulator.cli_scenario import (add_scenario_flags, note_unused_calibration, run_document,
+                                    scenario_from_args)
 from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, trace_rows
-from simulator.scenario import Scenario, run_scenario
+from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, calibration_values, load_calibration,
                                    params_value, params_with, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
-                               calibration_document, fit, touches)
+                               calibration_document, fit)
 from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
@@ -115,23 +116,10 @@ def _check_outputs(*paths: str | None) -> None:
             check_output_path(path)
 
 
-def unused_calibration_settings(settings: Sequence[str], scenario: Scenario) -> list[str]:
-    """The `calibration.FIELD[.KEY]` keys among --set `settings` that cannot change
-    `scenario`'s step (no kernel or collective of it reads them; `fitting.touches`)."""
-    keys = [setting.partition("=")[0].strip() for setting in settings]
-    return [key for key in keys if key.startswith("calibration.")
-            and not touches(key.removeprefix("calibration."), scenario, scenario.params)]
-
-
 def _run(args: argparse.Namespace) -> int:
     _check_outputs(args.trace, args.gantt)
     scenario = scenario_from_args(args)
-    for key in unused_calibration_settings(args.set, scenario):
-        reads_nvlink8 = key.endswith("-nvlink") and not unused_calibration_settings(
-            [f"{key}8"], scenario)
-        hint = f"; its NVLink domain of at most 8 GPUs reads {key}8" if reads_nvlink8 else ""
-        print(f"moesim: --set {key} changes nothing in this run (no kernel or collective of it "
-              f"reads it{hint})", file=sys.stderr)
+    note_unused_calibration(args.set, scenario)
     result = run_scenario(scenario, folded=not args.unfolded)
     document = run_document(args, result)
     if args.trace:

@@ -14,7 +14,7 @@ import argparse
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from topologies.systems import load_system, system_gpu
 from workloads.megatron_args import read_megatron_args
@@ -25,6 +25,7 @@ from workloads.recipe_files import load_recipe_file
 from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 
 from simulator.calibration import load_calibration
+from simulator.fitting import touches
 from simulator.overrides import apply_settings
 from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document
@@ -75,6 +76,25 @@ def run_document(args: argparse.Namespace, result: Result) -> dict[str, Any]:
         document["measured_row"] = row_comparison(find_row(args.row), result.scenario,
                                                   result.metrics.tokens_per_s_per_gpu)
     return document
+
+
+def unused_calibration_settings(settings: Sequence[str], scenario: Scenario) -> list[str]:
+    """The `calibration.FIELD[.KEY]` keys among --set `settings` that cannot change
+    `scenario`'s step (no kernel or collective of it reads them; `fitting.touches`)."""
+    keys = [setting.partition("=")[0].strip() for setting in settings]
+    return [key for key in keys if key.startswith("calibration.")
+            and not touches(key.removeprefix("calibration."), scenario, scenario.params)]
+
+
+def note_unused_calibration(settings: Sequence[str], scenario: Scenario) -> None:
+    """Name on stderr each --set calibration key that `scenario` does not read, and for a
+    rack's NVLink rate the "-nvlink8" key an 8-GPU baseboard reads instead."""
+    for key in unused_calibration_settings(settings, scenario):
+        reads_nvlink8 = key.endswith("-nvlink") and not unused_calibration_settings(
+            [f"{key}8"], scenario)
+        hint = f"; its NVLink domain of at most 8 GPUs reads {key}8" if reads_nvlink8 else ""
+        print(f"moesim: --set {key} changes nothing in this run (no kernel or collective of it "
+              f"reads it{hint})", file=sys.stderr)
 
 
 def scenario_flags_given(args: argparse.Namespace) -> list[str]:

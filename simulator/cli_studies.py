@@ -31,8 +31,9 @@ from reports.study_charts import (compare_figures, scale_figures, study_breakdow
 from reports.summary import run_title
 from reports.tables import format_table
 from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags,
-                                    precision_for_system, recipe_from_name, run_document,
-                                    scenario_flags_given, scenario_from_args, with_model_preset)
+                                    note_unused_calibration, precision_for_system,
+                                    recipe_from_name, run_document, scenario_flags_given,
+                                    scenario_from_args, with_model_preset)
 from simulator.results import pipeline_rows
 from simulator.scenario import Scenario, run_scenario
 from simulator.studies import compare_recipes, compare_systems, scale
@@ -218,7 +219,9 @@ def _report(args: argparse.Namespace) -> int:
         sections = study_sections(args.study)
         title = f"moesim study {Path(args.study).resolve().name}"
     else:
-        result = run_scenario(scenario_from_args(args))
+        scenario = scenario_from_args(args)
+        note_unused_calibration(args.set, scenario)
+        result = run_scenario(scenario)
         document = run_document(args, result)
         sections = run_sections(document, pipeline_rows(result))
         title = f"moesim: {run_title(document)}"

@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.cli import main, unused_calibration_settings
+from simulator.cli import main
+from simulator.cli_scenario import unused_calibration_settings
 from simulator.scenario import default_scenario
 from topologies.systems import load_system
 from workloads.recipes import recipe_with
