@@ -78,23 +78,26 @@ def run_document(args: argparse.Namespace, result: Result) -> dict[str, Any]:
     return document
 
 
-def unused_calibration_settings(settings: Sequence[str], scenario: Scenario) -> list[str]:
-    """The `calibration.FIELD[.KEY]` keys among --set `settings` that cannot change
-    `scenario`'s step (no kernel or collective of it reads them; `fitting.touches`)."""
+def unused_calibration_settings(settings: Sequence[str],
+                                scenarios: Sequence[Scenario]) -> list[str]:
+    """The `calibration.FIELD[.KEY]` keys among --set `settings` that cannot change any of
+    `scenarios`' steps (no kernel or collective of them reads them; `fitting.touches`)."""
     keys = [setting.partition("=")[0].strip() for setting in settings]
-    return [key for key in keys if key.startswith("calibration.")
-            and not touches(key.removeprefix("calibration."), scenario, scenario.params)]
+    return [key for key in keys if key.startswith("calibration.") and not any(
+        touches(key.removeprefix("calibration."), scenario, scenario.params)
+        for scenario in scenarios)]
 
 
-def note_unused_calibration(settings: Sequence[str], scenario: Scenario) -> None:
-    """Name on stderr each --set calibration key that `scenario` does not read, and for a
-    rack's NVLink rate the "-nvlink8" key an 8-GPU baseboard reads instead."""
-    for key in unused_calibration_settings(settings, scenario):
+def note_unused_calibration(settings: Sequence[str], scenarios: Sequence[Scenario],
+                            where: str = "this run") -> None:
+    """Name on stderr each --set calibration key that no scenario of `scenarios` reads, and
+    for a rack's NVLink rate the "-nvlink8" key that 8-GPU baseboards read instead."""
+    for key in unused_calibration_settings(settings, scenarios):
         reads_nvlink8 = key.endswith("-nvlink") and not unused_calibration_settings(
-            [f"{key}8"], scenario)
-        hint = f"; its NVLink domain of at most 8 GPUs reads {key}8" if reads_nvlink8 else ""
-        print(f"moesim: --set {key} changes nothing in this run (no kernel or collective of it "
-              f"reads it{hint})", file=sys.stderr)
+            [f"{key}8"], scenarios)
+        hint = f"; NVLink domains of at most 8 GPUs read {key}8" if reads_nvlink8 else ""
+        print(f"moesim: --set {key} changes nothing in {where} (no kernel or collective reads "
+              f"it{hint})", file=sys.stderr)
 
 
 def scenario_flags_given(args: argparse.Namespace) -> list[str]:

@@ -220,7 +220,7 @@ def _report(args: argparse.Namespace) -> int:
         title = f"moesim study {Path(args.study).resolve().name}"
     else:
         scenario = scenario_from_args(args)
-        note_unused_calibration(args.set, scenario)
+        note_unused_calibration(args.set, [scenario])
         result = run_scenario(scenario)
         document = run_document(args, result)
         sections = run_sections(document, pipeline_rows(result))

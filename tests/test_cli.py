@@ -109,7 +109,7 @@ def test_the_rack_rate_on_an_8_gpu_baseboard_is_named_with_the_key_read_there():
                   recipe=recipe_with(default_scenario().recipe, dispatcher="deepep"))
     settings = ["calibration.comm_efficiency.deepep-nvlink=0.9",
                 "calibration.comm_efficiency.deepep-nvlink8 = 0.5", "pdl=true"]
-    assert unused_calibration_settings(settings, dgx) == [
+    assert unused_calibration_settings(settings, [dgx]) == [
         "calibration.comm_efficiency.deepep-nvlink"]
 
 

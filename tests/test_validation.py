@@ -294,6 +294,17 @@ def test_validate_set_gives_every_row_the_what_if_that_run_row_gives_one(results
         assert row["error_pct"] < before.error_pct
 
 
+def test_validate_names_a_set_key_that_no_row_reads(capsys):
+    """The two Hopper rows read Hopper's BF16 rate, none reads Blackwell Ultra's."""
+    assert main(["validate", str(FIXTURE), "--json", "--only", "gpu=h100",
+                 "--set", "calibration.gemm_efficiency.hopper-bf16=0.5",
+                 "--set", "calibration.gemm_efficiency.blackwell-ultra-fp8=0.5"]) == 0
+    err = capsys.readouterr().err
+    assert ("--set calibration.gemm_efficiency.blackwell-ultra-fp8 changes nothing in any row"
+            in err)
+    assert "hopper-bf16" not in err
+
+
 @pytest.mark.parametrize("setting, words", [
     ("a2a_overlap=false", ["--set a2a_overlap", "calibration.FIELD[.KEY] only", "run --row"]),
     ("calibration.memory_efficiency=fast", ["calibration.memory_efficiency='fast'", "number"]),
