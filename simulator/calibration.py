@@ -30,6 +30,12 @@ NVLINK8 = "nvlink8"
 BASEBOARD_GPUS = 8
 
 
+def nvlink_fabric(domain_gpus: int) -> str:
+    """The comm_efficiency fabric NVLink reads in a domain of `domain_gpus` GPUs: "nvlink8" on
+    an HGX/DGX baseboard (at most BASEBOARD_GPUS), else "nvlink"."""
+    return NVLINK8 if domain_gpus <= BASEBOARD_GPUS else "nvlink"
+
+
 MAPPING_FIELDS = ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency",
                   "comm_efficiency", "collective_overhead_s")
 # The keys the cost model can read in each mapping field (simulator.costs, efficiency_key,

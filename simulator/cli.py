@@ -48,7 +48,7 @@ from simulator.cli_scenario import (add_scenario_flags, note_unused_calibration,
                                     scenario_from_args)
 from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, trace_rows
-from simulator.scenario import Scenario, run_scenario
+from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, calibration_values, load_calibration,
                                    params_value, params_with, read_calibration_file)
@@ -59,7 +59,7 @@ from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
 from simulator.repeats import repeats
 from simulator.uncertainty import CORRELATED, Spread
-from simulator.validation import (RowResult, read_measurements, row_scenario, summarize,
+from simulator.validation import (RowResult, read_measurements, scenario_or_none, summarize,
                                   validate_rows)
 
 SHOW_SUBJECTS = ("system",)
@@ -407,17 +407,6 @@ def _by_columns(options: list[str], rows: list[dict[str, Any]]) -> tuple[str, ..
     return tuple(dict.fromkeys(columns))
 
 
-def _row_scenarios(rows: Sequence[dict[str, Any]], params: CostParams) -> list[Scenario]:
-    """The scenarios of the rows that moesim can build, with `params`."""
-    scenarios = []
-    for row in rows:
-        try:
-            scenarios.append(replace(row_scenario(row), params=params))
-        except ValueError:
-            continue
-    return scenarios
-
-
 def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
@@ -427,7 +416,9 @@ def _validate(args: argparse.Namespace) -> int:
         args.settings)
     measurements = _only(read_measurements(args.csv), args.only)
     by = _by_columns(args.by, measurements)
-    note_unused_calibration(args.settings, _row_scenarios(measurements, params), "any row")
+    scenarios = [replace(scenario, params=params)
+                 for scenario in map(scenario_or_none, measurements) if scenario is not None]
+    note_unused_calibration(args.settings, scenarios, "any row")
     results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json)
     rows = [asdict(r) for r in results]
     summary = _summary(results, measurements, by)

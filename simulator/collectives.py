@@ -34,7 +34,7 @@ from topologies.topology import Topology
 from workloads.routing import expected_destinations
 from workloads.graph import Collective, Op
 
-from simulator.calibration import BASEBOARD_GPUS, NVLINK8, CostParams
+from simulator.calibration import CostParams, nvlink_fabric
 from simulator.network import FlowClass, FlowShape
 
 
@@ -202,8 +202,8 @@ class CollectivePlanner:
         domain of at most 8 GPUs read as "nvlink8")."""
         if fabric == "nvlink" and collective.nvlink_efficiency is not None:
             return collective.nvlink_efficiency
-        if fabric == "nvlink" and self._topology.domain_size <= BASEBOARD_GPUS:
-            fabric = NVLINK8
+        if fabric == "nvlink":
+            fabric = nvlink_fabric(self._topology.domain_size)
         algorithm = "nccl" if collective.algorithm == "p2p" else collective.algorithm
         return self._params.comm(algorithm, fabric)
 

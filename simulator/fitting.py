@@ -38,12 +38,12 @@ from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
-from simulator.calibration import (BASEBOARD_GPUS, FIRST_PRINCIPLES, FUSED, NVLINK8, CostParams,
-                                   comm_key, efficiency_key, params_value, params_with)
+from simulator.calibration import (FIRST_PRINCIPLES, FUSED, NVLINK8, CostParams, comm_key,
+                                   efficiency_key, nvlink_fabric, params_value, params_with)
 from simulator.costs import peak_key, runs_per_tensor_fp8
 from simulator.scenario import Scenario
 from simulator.uncertainty import Spread, parameter_spread
-from simulator.validation import RowResult, row_scenario, validate_rows
+from simulator.validation import RowResult, scenario_or_none, validate_rows
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -215,10 +215,10 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         if key == "comm_efficiency.deepep-nvlink" and recipe.deepep_nvlink_efficiency is not None:
             return False
         fabric = entry.partition("-")[2]
-        board = (scenario.domain_size or scenario.system.gpus_per_domain) <= BASEBOARD_GPUS
-        if name == "comm_efficiency" and fabric == NVLINK8 and not board:
+        read = nvlink_fabric(scenario.nvlink_domain_gpus)
+        if name == "comm_efficiency" and fabric == NVLINK8 and read != NVLINK8:
             return False
-        if (name == "comm_efficiency" and fabric == "nvlink" and board
+        if (name == "comm_efficiency" and fabric == "nvlink" and read == NVLINK8
                 and comm_key(params.comm_efficiency, algorithm, NVLINK8) != entry):
             return False
         return algorithm not in DISPATCHERS or (
@@ -251,13 +251,6 @@ def _touched_rows(parameters: tuple[FitParameter, ...], scenarios: list[Scenario
     return [np.array([i for i, s in enumerate(scenarios)
                       if s is not None and touches(p.key, s, params)], dtype=int)
             for p in parameters]
-
-
-def _scenario_or_none(row: dict[str, Any]) -> Scenario | None:
-    try:
-        return row_scenario(row)
-    except ValueError:
-        return None
 
 
 def short_row(row: dict[str, Any], scenario: Scenario | None) -> dict[str, Any]:
@@ -321,7 +314,7 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     tell = progress or (lambda evaluation, message: None)
     tell(counter.calls, f"objective {initial_objective:.4f}, rms log error {initial_rms:.4f} "
                         "(start)")
-    scenarios = [_scenario_or_none(row) for row in used]
+    scenarios = [scenario_or_none(row) for row in used]
     touched = _touched_rows(parameters, scenarios, _with_values(base, parameters, x))
     short = [short_row(row, scenario) for row, scenario in zip(used, scenarios)]
     short_residual = errors(x, short)

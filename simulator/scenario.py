@@ -65,6 +65,11 @@ class Scenario:
     degraded_link_bandwidth_fraction: float = 1.0
     params: CostParams = field(default_factory=lambda: DEFAULT_PARAMS)
 
+    @property
+    def nvlink_domain_gpus(self) -> int:
+        """GPUs per NVLink domain as built: `domain_size`, else the system's."""
+        return self.domain_size or self.system.gpus_per_domain
+
     def __post_init__(self) -> None:
         gpus = self.plan.num_gpus
         if self.straggler_gpu is not None and not (
@@ -188,8 +193,7 @@ def asymmetric_ranks(scenario: Scenario) -> tuple[frozenset[int], ...]:
         sets.append(frozenset({degraded_port(scenario.degraded_link,
                                              scenario.plan.num_gpus)[1]}))
     if scenario.failed_trays > 0:
-        domain = scenario.domain_size or scenario.system.gpus_per_domain
-        sets.append(frozenset(range(min(domain, scenario.plan.num_gpus))))
+        sets.append(frozenset(range(min(scenario.nvlink_domain_gpus, scenario.plan.num_gpus))))
     return tuple(ranks for ranks in sets if ranks)
 
 

@@ -264,6 +264,15 @@ def metric_values(result: RowResult, metric: str) -> tuple[float | None, float |
     return result.measured_tflops_per_gpu, result.predicted_tflops_per_gpu
 
 
+def scenario_or_none(row: dict[str, Any]) -> Scenario | None:
+    """The row's scenario, or None where moesim cannot build it (a ValueError: bad plan,
+    unknown name)."""
+    try:
+        return row_scenario(row)
+    except ValueError:
+        return None
+
+
 def scenario_key(row: dict[str, Any]) -> str:
     """What moesim simulates for `row`, without the name of the row's recipe (which no part of
     the simulation reads): rows with equal keys get the same step."""
