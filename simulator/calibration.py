@@ -10,6 +10,7 @@ made of ../shared/data/calibration.csv ships as calibration.yaml and is DEFAULT_
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, fields, replace
 from functools import partial
@@ -131,6 +132,15 @@ class CostParams:
          "window-bf16": 0.07, "window-fp8": 0.011}))
     # Share of HBM bandwidth that streaming kernels reach (norms, permutes, optimizer).
     memory_efficiency: float = 0.80
+    # How a kernel's math time and its HBM time combine: (math^p + memory^p)^(1/p). p = inf is
+    # the roofline (the two overlap fully and the longer alone counts), p = 1 their sum (no
+    # overlap, as in the additive model of Treibig and Hager, "Introducing a performance model
+    # for bandwidth-limited loop kernels", LNCS 6067, arXiv:0905.0792, where data transfers do
+    # not overlap the core's work);
+    # in between, a kernel whose two times are close (a GEMM with a short inner dimension, near
+    # the ridge point) reaches neither roof, and one far from the ridge is as the roofline has
+    # it. First principles: the roofline; fitted.
+    roofline_overlap_exponent: float = math.inf
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
     host_launch_s: float = 8e-6
     # CPU seconds an x86 host spends per layer phase of a unit that Megatron's combined 1F1B
@@ -217,6 +227,9 @@ class CostParams:
                     raise ValueError(f"{name}[{key}]={value}: must be in (0, 1]")
         if not 0 < self.memory_efficiency <= 1:
             raise ValueError(f"memory_efficiency={self.memory_efficiency}: must be in (0, 1]")
+        if not self.roofline_overlap_exponent >= 1:
+            raise ValueError(f"roofline_overlap_exponent={self.roofline_overlap_exponent}: "
+                             "must be >= 1 (1: math and memory in series; inf: the roofline)")
         for name in ("unbound_host_slowdown", "unfused_permute_slowdown", "grace_host_slowdown",
                      "te_host_cleanup_speedup", "per_tensor_fp8_speedup"):
             if getattr(self, name) < 1:

@@ -1,13 +1,17 @@
 """Compute time of one task on one GPU: a roofline plus the launch gaps around its kernels.
 
-    t = max(flops / (peak[precision] * eff[class, precision]),
-            hbm_bytes / (hbm_bandwidth * eff_memory))
+    t = combine(flops / (peak[precision] * eff[class, precision]),
+                hbm_bytes / (hbm_bandwidth * eff_memory))
         + exponentials / exp_rate
         + streaming_hbm_bytes / (hbm_bandwidth * eff_memory) + kernels * gap
 
 (`streaming_hbm_bytes`: the task's memory-bound kernels that run in series with its GEMMs;
 `exponentials`: fused attention's softmax, which waits on the GPU's special-function units
 between its two matmuls, so that small heads and a slow SFU leave the tensor cores idle).
+
+combine(a, b) = (a^p + b^p)^(1/p), p = CostParams.roofline_overlap_exponent: the roofline's
+max(a, b) at p = inf, with its corner rounded at a finite p (a kernel whose two times are close
+reaches neither roof).
 
 `gap` is the GPU idle between dependent kernels (smaller inside a CUDA graph or with
 programmatic dependent launch). The CPU time to
@@ -16,6 +20,8 @@ hidden when the CPU runs ahead and exposed after a host synchronisation.
 """
 
 from __future__ import annotations
+
+import math
 
 from topologies.hardware import GPUSpec
 from workloads.graph import KernelClass, Work
@@ -87,8 +93,18 @@ def compute_time_s(work: Work, gpu: GPUSpec, params: CostParams) -> float:
     if work.kernel_class == KernelClass.UNFUSED_PERMUTE:
         memory_s *= params.unfused_permute_slowdown
     gap_s = params.graphed_kernel_gap_s if work.graphed or work.pdl else params.kernel_gap_s
-    return (max(math_s, memory_s) + work.exponentials / gpu.exp_per_s
+    return (combine(math_s, memory_s, params.roofline_overlap_exponent)
+            + work.exponentials / gpu.exp_per_s
             + work.streaming_hbm_bytes / bandwidth + work.kernels * gap_s)
+
+
+def combine(math_s: float, memory_s: float, exponent: float) -> float:
+    """A kernel's time from its math time and its memory time: their `exponent`-norm, the
+    longer of the two at exponent inf (the roofline), their sum at 1."""
+    longer, shorter = max(math_s, memory_s), min(math_s, memory_s)
+    if math.isinf(exponent) or shorter == 0:
+        return longer
+    return longer * (1 + (shorter / longer) ** exponent) ** (1 / exponent)
 
 
 def host_issue_s(kernels: int, graphed: bool, params: CostParams) -> float:

@@ -417,3 +417,21 @@ def test_a_fused_mlp_rate_per_architecture_is_fitted_on_request(tmp_path):
                  "--max-evaluations", "1", "--parameters", own]) == 0
     written = yaml.safe_load((tmp_path / "c.yaml").read_text())
     assert written["parameters"][own]["meaning"].endswith("on Blackwell Ultra")
+
+
+def test_the_roofline_s_overlap_is_fitted_on_request_from_within_its_bounds(tmp_path):
+    """Outside the default set; named, it starts from the roofline (inf) brought inside its
+    bounds, and the file written loads with a finite exponent."""
+    from simulator.calibration import FIRST_PRINCIPLES, load_calibration
+    from simulator.cli import main
+
+    rows_csv = tmp_path / "rows.csv"
+    rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:2]) + "\n")
+    key = "roofline_overlap_exponent"
+    assert key not in {p.key for p in DEFAULT_FIT}
+    assert FIRST_PRINCIPLES.roofline_overlap_exponent == float("inf")
+    out = tmp_path / "c.yaml"
+    assert main(["calibrate", str(rows_csv), "-o", str(out), "--max-evaluations", "1",
+                 "--parameters", key]) == 0
+    loaded = load_calibration(out, FIRST_PRINCIPLES)
+    assert 1.0 <= loaded.roofline_overlap_exponent <= 8.0

@@ -3,12 +3,13 @@ speed, launch gaps and host cost; and the ladder's recipe turns them on step by 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
 
 from simulator.calibration import DEFAULT_PARAMS, host_params, params_value, params_with
-from simulator.costs import compute_time_s
+from simulator.costs import combine, compute_time_s
 from simulator.fitting import DEFAULT_FIT, touches
 from simulator.memory import buffer_bytes
 from simulator.scenario import default_scenario, run_scenario
@@ -77,6 +78,31 @@ def test_unfused_permute_is_its_own_kernel_class_and_slower():
     params = replace(DEFAULT_PARAMS, unfused_permute_slowdown=4.0, kernel_gap_s=0.0)
     assert compute_time_s(unfused, gpu, params) == pytest.approx(
         4.0 * compute_time_s(fused, gpu, params))
+
+
+def test_a_kernel_s_math_and_memory_combine_by_the_overlap_exponent():
+    assert combine(3.0, 1.0, math.inf) == 3.0
+    assert combine(3.0, 1.0, 1.0) == pytest.approx(4.0)
+    assert combine(1.0, 1.0, 2.0) == pytest.approx(math.sqrt(2))
+    assert combine(0.0, 2.0, 2.0) == 2.0
+    assert combine(100.0, 1.0, 2.0) == pytest.approx(100.0, rel=1e-4)
+
+
+def test_a_gemm_near_the_ridge_slows_most_when_the_roofline_s_corner_rounds():
+    """At p = 2 a GEMM whose math and HBM times are equal takes sqrt(2) times the roofline's;
+    one ten times as long in math as in memory only 0.5 % longer; p = inf is the roofline."""
+    gpu = gpu_spec("gb300")
+    params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0,
+                     roofline_overlap_exponent=math.inf)
+    rounded = replace(params, roofline_overlap_exponent=2.0)
+    bandwidth = gpu.hbm_bandwidth_bytes_per_s * params.memory_efficiency
+    flops_per_s = gpu.peak("fp8") * params.gemm_efficiency["blackwell-ultra-fp8"]
+    for ratio, slowdown in ((1.0, math.sqrt(2)), (10.0, math.sqrt(1.01))):
+        work = Work(flops=ratio * flops_per_s * 1e-3, hbm_bytes=bandwidth * 1e-3,
+                    kernel_class=KernelClass.GEMM, precision="mxfp8", kernels=1,
+                    graphed=False)
+        assert compute_time_s(work, gpu, params) == pytest.approx(ratio * 1e-3)
+        assert compute_time_s(work, gpu, rounded) == pytest.approx(slowdown * ratio * 1e-3)
 
 
 def test_norm_quant_fusion_saves_kernels_and_bytes_only_in_fp8():
@@ -237,7 +263,7 @@ def test_fused_grouped_mlp_runs_at_its_own_efficiency():
     grouped = {key: value for key, value in DEFAULT_PARAMS.grouped_gemm_efficiency.items()
                if not key.startswith("fused-")} | {"fused-fp8": 0.46}
     params = replace(DEFAULT_PARAMS, kernel_gap_s=0.0, graphed_kernel_gap_s=0.0,
-                     grouped_gemm_efficiency=grouped)
+                     grouped_gemm_efficiency=grouped, roofline_overlap_exponent=math.inf)
     slow = replace(params, grouped_gemm_efficiency={**grouped, "fused-fp8": 0.25})
     fast = replace(params, grouped_gemm_efficiency={**grouped, "fused-fp8": 0.5})
     other = replace(params, grouped_gemm_efficiency={**grouped, "fp8": 0.1})

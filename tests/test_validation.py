@@ -310,6 +310,7 @@ def test_validate_names_a_set_key_that_no_row_reads(capsys):
     ("calibration.memory_efficiency=fast", ["calibration.memory_efficiency='fast'", "number"]),
     ("calibration.gemm_efficiency.hoper-bf16=0.5", ["hoper-bf16", "not a key"]),
     ("calibration.memory_efficiency", ["expected key=value"]),
+    ("calibration.roofline_overlap_exponent=0.5", ["roofline_overlap_exponent=0.5", ">= 1"]),
 ])
 def test_a_bad_validate_setting_gets_one_line_error(one_line_error, setting, words):
     line = one_line_error(["validate", str(FIXTURE), "--set", setting])
