@@ -136,10 +136,10 @@ class CostParams:
     # the roofline (the two overlap fully and the longer alone counts), p = 1 their sum (no
     # overlap, as in the additive model of Treibig and Hager, "Introducing a performance model
     # for bandwidth-limited loop kernels", LNCS 6067, arXiv:0905.0792, where data transfers do
-    # not overlap the core's work);
-    # in between, a kernel whose two times are close (a GEMM with a short inner dimension, near
-    # the ridge point) reaches neither roof, and one far from the ridge is as the roofline has
-    # it. First principles: the roofline; fitted.
+    # not overlap the core's work); in between, a kernel whose two times are close (near the
+    # ridge point) reaches neither roof, and one far from the ridge is as the roofline has it.
+    # First principles: the roofline, which the shipped fit keeps; `--parameters` fits it
+    # (docs/calibration-history.md, "The roofline's corner rounded").
     roofline_overlap_exponent: float = math.inf
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
     host_launch_s: float = 8e-6
