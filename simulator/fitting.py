@@ -118,8 +118,8 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
 # GPU architecture (cuDNN's kernels run 1.15x as fast on Blackwell Ultra at the same peak;
 # the shipped rows do not support a difference, README "Accuracy"), and DeepEP's rate inside
 # an 8-GPU baseboard, measured (CostParams.comm_efficiency) and informed by a few rows only;
-# and how far a kernel's math and HBM traffic overlap (the roofline at first principles: the
-# rows prefer a rounded corner, but not with every anchor within 5 %, README "Accuracy").
+# and how far a kernel's math and HBM traffic overlap (the roofline at first principles and in
+# the shipped fit; the rows prefer a rounded corner, README "Accuracy").
 OPTIONAL_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="grouped_gemm_efficiency.fused-blackwell-fp8", lower=0.2, upper=0.95,
                  meaning=FUSED_MLP.format("Blackwell")),
