@@ -25,7 +25,7 @@ def scenario_document(scenario: Scenario) -> dict[str, Any]:
     document: dict[str, Any] = {
         "system": scenario.system.name, "gpu": gpu.name, "model": scenario.model.name,
         "num_gpus": plan.num_gpus,
-        "domain_size": scenario.domain_size or scenario.system.gpus_per_domain,
+        "domain_size": scenario.nvlink_domain_gpus,
         "hbm_capacity_gib": gpu.hbm_capacity_bytes / 2**30,
         "mtp_layers": scenario.model.mtp_layers,
     }
