@@ -112,14 +112,15 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="memory_efficiency", lower=0.3, upper=0.95,
                  meaning="share of HBM bandwidth that memory-bound kernels (norms, "
                          "quantisation, activations, permutes, optimizer) reach"),
+    FitParameter(key="roofline_overlap_exponent", lower=1.0, upper=8.0,
+                 meaning="p of a kernel's time (math^p + memory^p)^(1/p): 1 = math and HBM "
+                         "traffic in series, large = the roofline (the longer alone)"),
 )
 
 # Parameters `--parameters` can name beyond the default set: the fused grouped MLP's rate per
 # GPU architecture (cuDNN's kernels run 1.15x as fast on Blackwell Ultra at the same peak;
 # the shipped rows do not support a difference, README "Accuracy"), and DeepEP's rate inside
-# an 8-GPU baseboard, measured (CostParams.comm_efficiency) and informed by a few rows only;
-# and how far a kernel's math and HBM traffic overlap (the roofline at first principles and in
-# the shipped fit; the rows prefer a rounded corner, README "Accuracy").
+# an 8-GPU baseboard, measured (CostParams.comm_efficiency) and informed by a few rows only.
 OPTIONAL_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="grouped_gemm_efficiency.fused-blackwell-fp8", lower=0.2, upper=0.95,
                  meaning=FUSED_MLP.format("Blackwell")),
@@ -128,9 +129,6 @@ OPTIONAL_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="comm_efficiency.deepep-nvlink8", lower=0.1, upper=1.0,
                  meaning="share of NVLink line rate that DeepEP dispatch/combine reach inside "
                          "an NVLink domain of at most 8 GPUs"),
-    FitParameter(key="roofline_overlap_exponent", lower=1.0, upper=8.0,
-                 meaning="p of a kernel's time (math^p + memory^p)^(1/p): 1 = math and HBM "
-                         "traffic in series, large = the roofline (the longer alone)"),
 )
 
 

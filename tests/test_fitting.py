@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.calibration import DEFAULT_PARAMS, load_calibration, params_value, params_with
+from simulator.calibration import (DEFAULT_PARAMS, SHIPPED_CALIBRATION, calibration_values,
+                                   load_calibration, params_value, params_with)
 from simulator.fitting import DEFAULT_FIT, FitParameter, Loss, fit
 from simulator.validation import read_measurements, validate_rows
 
@@ -219,13 +220,17 @@ def test_calibrate_refuses_an_unknown_by_column_before_fitting(tmp_path, one_lin
 
 
 def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, capsys):
+    """The start file holds the synthetic rows' truth (TRUE on the shipped values), so the fit's
+    first evaluation finds them at their measurements."""
     from simulator.cli import main
     import yaml
 
     _synthetic_rows(tmp_path)
     start = tmp_path / "start.yaml"
+    shipped = calibration_values(SHIPPED_CALIBRATION)
     start.write_text("parameters:\n" + "".join(
-        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items()))
+        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items()) + "fixed:\n" + "".join(
+        f"  {key}: {{value: {value}}}\n" for key, value in shipped.items() if key not in TRUE))
     out = tmp_path / "calibration.yaml"
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--max-evaluations", "3", "--parameters", ",".join(TRUE),
@@ -419,16 +424,16 @@ def test_a_fused_mlp_rate_per_architecture_is_fitted_on_request(tmp_path):
     assert written["parameters"][own]["meaning"].endswith("on Blackwell Ultra")
 
 
-def test_the_roofline_s_overlap_is_fitted_on_request_from_within_its_bounds(tmp_path):
-    """Outside the default set; named, it starts from the roofline (inf) brought inside its
-    bounds, and the file written loads with a finite exponent."""
+def test_the_roofline_s_overlap_is_fitted_from_within_its_bounds(tmp_path):
+    """In the default set; it starts from the roofline (inf) brought inside its bounds, and the
+    file written loads with a finite exponent."""
     from simulator.calibration import FIRST_PRINCIPLES, load_calibration
     from simulator.cli import main
 
     rows_csv = tmp_path / "rows.csv"
     rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:2]) + "\n")
     key = "roofline_overlap_exponent"
-    assert key not in {p.key for p in DEFAULT_FIT}
+    assert key in {p.key for p in DEFAULT_FIT}
     assert FIRST_PRINCIPLES.roofline_overlap_exponent == float("inf")
     out = tmp_path / "c.yaml"
     assert main(["calibrate", str(rows_csv), "-o", str(out), "--max-evaluations", "1",
