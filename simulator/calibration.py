@@ -138,7 +138,7 @@ class CostParams:
     # for bandwidth-limited loop kernels", LNCS 6067, arXiv:0905.0792, where data transfers do
     # not overlap the core's work); in between, a kernel whose two times are close (near the
     # ridge point) reaches neither roof, and one far from the ridge is as the roofline has it.
-    # First principles: the roofline, which the shipped fit keeps; `--parameters` fits it
+    # First principles: the roofline; the shipped fit rounds its corner to p = 1.75
     # (docs/calibration-history.md, "The roofline's corner rounded").
     roofline_overlap_exponent: float = math.inf
     # CPU time to launch one eager PyTorch kernel (framework + driver) from an x86 host, seconds.
