@@ -228,9 +228,9 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
     _synthetic_rows(tmp_path)
     start = tmp_path / "start.yaml"
     shipped = calibration_values(SHIPPED_CALIBRATION)
-    start.write_text("parameters:\n" + "".join(
-        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items()) + "fixed:\n" + "".join(
-        f"  {key}: {{value: {value}}}\n" for key, value in shipped.items() if key not in TRUE))
+    start.write_text(yaml.safe_dump({
+        "parameters": {key: {"value": value} for key, value in TRUE.items()},
+        "fixed": {key: {"value": value} for key, value in shipped.items() if key not in TRUE}}))
     out = tmp_path / "calibration.yaml"
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--max-evaluations", "3", "--parameters", ",".join(TRUE),
