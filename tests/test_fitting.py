@@ -17,6 +17,17 @@ FIXTURE = Path(__file__).parent / "data" / "validate_three.csv"
 TRUE = {"gemm_efficiency.hopper-bf16": 0.55, "gemm_efficiency.hopper-fp8": 0.45}
 
 
+def _write_start(path: Path, parameters: dict[str, float],
+                 fixed: dict[str, float] | None = None) -> None:
+    """A start file for `moesim calibrate --start`: each value under `parameters` or `fixed`."""
+    import yaml
+
+    document = {"parameters": {key: {"value": value} for key, value in parameters.items()}}
+    if fixed:
+        document["fixed"] = {key: {"value": value} for key, value in fixed.items()}
+    path.write_text(yaml.safe_dump(document))
+
+
 def _synthetic_rows(tmp_path: Path) -> list[dict]:
     """Rows of the fixture's plans whose 'measured' throughput is moesim's own at TRUE."""
     rows = read_measurements(FIXTURE)[:2]
@@ -153,8 +164,7 @@ def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
 
     _synthetic_rows(tmp_path)
     start = tmp_path / "start.yaml"
-    start.write_text("parameters:\n" + "".join(
-        f"  {key}: {{value: {value * 1.1}}}\n" for key, value in TRUE.items()))
+    _write_start(start, {key: value * 1.1 for key, value in TRUE.items()})
     first, again = tmp_path / "first.yaml", tmp_path / "again.yaml"
     common = [str(tmp_path / "synthetic.csv"), "--max-evaluations", "4"]
     assert main(["calibrate", *common, "-o", str(first), "--start", str(start),
@@ -228,9 +238,7 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
     _synthetic_rows(tmp_path)
     start = tmp_path / "start.yaml"
     shipped = calibration_values(SHIPPED_CALIBRATION)
-    start.write_text(yaml.safe_dump({
-        "parameters": {key: {"value": value} for key, value in TRUE.items()},
-        "fixed": {key: {"value": value} for key, value in shipped.items() if key not in TRUE}}))
+    _write_start(start, TRUE, {key: value for key, value in shipped.items() if key not in TRUE})
     out = tmp_path / "calibration.yaml"
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--max-evaluations", "3", "--parameters", ",".join(TRUE),
@@ -252,9 +260,7 @@ def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
     _synthetic_rows(tmp_path)
     first, *others = TRUE
     start = tmp_path / "start.yaml"
-    start.write_text("parameters:\n" + "".join(
-        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items())
-        + "fixed:\n  host_launch_s: {value: 2.0e-05}\n")
+    _write_start(start, TRUE, {"host_launch_s": 2.0e-05})
     out, again = tmp_path / "partial.yaml", tmp_path / "again.yaml"
     common = [str(tmp_path / "synthetic.csv"), "--max-evaluations", "2"]
     assert main(["calibrate", *common, "-o", str(out), "--parameters", first,
@@ -287,9 +293,7 @@ def test_first_principles_keys_start_there_and_are_held_there_unless_fitted(tmp_
     _synthetic_rows(tmp_path)
     first, other = TRUE
     start = tmp_path / "start.yaml"
-    start.write_text("parameters:\n" + "".join(
-        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items())
-        + "fixed:\n  host_launch_s: {value: 2.0e-05}\n")
+    _write_start(start, TRUE, {"host_launch_s": 2.0e-05})
     out = tmp_path / "blind.yaml"
     assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
                  "--max-evaluations", "2", "--parameters", first, "--start", str(start),
