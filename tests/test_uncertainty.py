@@ -13,7 +13,7 @@ from simulator.fitting import FitParameter, Loss, fit
 from simulator.uncertainty import (AT_A_BOUND, CORRELATED, NO_ROW, NOT_IDENTIFIABLE,
                                    NOT_MEASURED, TOO_FEW_ROWS, parameter_spread)
 from simulator.validation import read_measurements
-from test_fitting import FIXTURE, TRUE, _measured_as_predicted
+from test_fitting import FIXTURE, TRUE, _measured_as_predicted, _write_start
 
 KEYS = ["a", "b", "c"]
 LOWER, UPPER = np.zeros(3), np.ones(3)
@@ -136,8 +136,7 @@ def test_uncertainty_only_measures_the_start_and_moves_nothing(tmp_path, capsys)
 
     _rows(tmp_path, NOISE)
     start = tmp_path / "start.yaml"
-    start.write_text("parameters:\n" + "".join(
-        f"  {key}: {{value: {value}}}\n" for key, value in TRUE.items()))
+    _write_start(start, TRUE)
     out = tmp_path / "spread.yaml"
     assert main(["calibrate", str(tmp_path / "rows.csv"), "-o", str(out), "--start",
                  str(start), "--parameters", ",".join(TRUE), "--uncertainty-only",
