@@ -1,8 +1,9 @@
 """Speed of the default study: `python benchmarks/bench_run.py [--repeat N]`.
 
 Prints the wall time of the whole `moesim run` command (fresh interpreter, imports included)
-and of its phases in-process: building the task graph, replaying it, and the figures of the
-replay (tasks, SimPy events per second). Pin it to one core with `taskset -c 0`.
+and of its phases in-process, at `run_scenario`'s collector pace (simulator.collector):
+building the task graph, replaying it, and the figures of the replay (tasks, SimPy events per
+second). Pin it to one core with `taskset -c 0`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import subprocess
 import sys
 import time
 
+from simulator.collector import sparse_collections
 from simulator.engine import simulate
 from simulator.scenario import default_scenario, scenario_topology
 from workloads.step import StepSpec, build_step
@@ -27,13 +29,14 @@ def _command_s() -> float:
 
 def _phases_s() -> tuple[float, float, int]:
     scenario = default_scenario()
-    start = time.perf_counter()
-    graph = build_step(StepSpec(model=scenario.model, plan=scenario.plan,
-                                recipe=scenario.recipe))
-    built = time.perf_counter()
-    simulate(graph, scenario_topology(scenario), scenario.params,
-             nvls=scenario.recipe.nccl_nvls)
-    return built - start, time.perf_counter() - built, len(graph.tasks)
+    with sparse_collections():
+        start = time.perf_counter()
+        graph = build_step(StepSpec(model=scenario.model, plan=scenario.plan,
+                                    recipe=scenario.recipe))
+        built = time.perf_counter()
+        simulate(graph, scenario_topology(scenario), scenario.params,
+                 nvls=scenario.recipe.nccl_nvls)
+        return built - start, time.perf_counter() - built, len(graph.tasks)
 
 
 def main() -> None:

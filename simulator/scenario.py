@@ -30,6 +30,7 @@ from workloads.schedules import check_schedule
 from workloads.step import StepSpec, build_step
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams, host_params
+from simulator.collector import sparse_collections
 from simulator.costs import peak_key
 from simulator.engine import Trace, simulate
 from simulator.memory import MemoryEstimate, check_fits, peak_memory
@@ -213,7 +214,13 @@ def check_scenario(scenario: Scenario) -> MemoryEstimate:
 
 
 def run_scenario(scenario: Scenario, *, folded: bool = True) -> Result:
-    """Validate, check memory, build, replay and measure one training step."""
+    """Validate, check memory, build, replay and measure one training step, with the cyclic
+    garbage collector at its sparse pace (simulator.collector)."""
+    with sparse_collections():
+        return _run_scenario(scenario, folded)
+
+
+def _run_scenario(scenario: Scenario, folded: bool) -> Result:
     model, plan, recipe_ = scenario.model, scenario.plan, scenario.recipe
     memory = check_scenario(scenario)
     gpu = system_gpu(scenario.system)

@@ -1,0 +1,43 @@
+"""The garbage collector's pace around a run (simulator.collector): set inside, restored after,
+and no part of the result."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from simulator import scenario as scenario_module
+from simulator.collector import SPARSE_THRESHOLDS, sparse_collections
+
+CALLER_THRESHOLDS = (321, 7, 9)
+
+
+@pytest.fixture
+def caller_thresholds():
+    before = gc.get_threshold()
+    gc.set_threshold(*CALLER_THRESHOLDS)
+    yield
+    gc.set_threshold(*before)
+
+
+def test_the_block_runs_at_the_sparse_pace_and_the_callers_comes_back(caller_thresholds):
+    with sparse_collections():
+        assert gc.get_threshold() == SPARSE_THRESHOLDS
+    assert gc.get_threshold() == CALLER_THRESHOLDS
+
+
+def test_the_callers_pace_comes_back_when_the_block_raises(caller_thresholds):
+    with pytest.raises(ValueError, match="inside"):
+        with sparse_collections():
+            raise ValueError("inside")
+    assert gc.get_threshold() == CALLER_THRESHOLDS
+
+
+def test_a_run_measures_the_same_step_at_either_pace(make_scenario, caller_thresholds):
+    scenario = make_scenario(pp=2, vpp=2, ep=4)
+    sparse = scenario_module.run_scenario(scenario)
+    assert gc.get_threshold() == CALLER_THRESHOLDS
+    default = scenario_module._run_scenario(scenario, True)
+    assert sparse.metrics == default.metrics
+    assert sparse.trace == default.trace
