@@ -14,19 +14,33 @@ full walks become rare. The results are the same: no object's finaliser plays a 
 from __future__ import annotations
 
 import gc
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
 SPARSE_THRESHOLDS = (10_000, 50, 100)
 
+# The thresholds are the process's: blocks open at once (nested, or in threads side by side, as
+# in a Dask worker) share one sparse pace, set by the first to open and undone by the last to close.
+_lock = threading.Lock()
+_open_blocks = 0
+_thresholds_before: tuple[int, ...] = gc.get_threshold()
+
 
 @contextmanager
 def sparse_collections() -> Iterator[None]:
-    """Run the block at SPARSE_THRESHOLDS; the thresholds before it are restored after it,
-    whether it returns or raises."""
-    before = gc.get_threshold()
-    gc.set_threshold(*SPARSE_THRESHOLDS)
+    """Run the block at SPARSE_THRESHOLDS; the thresholds found when no block was open come back
+    once none is, whether the blocks return or raise."""
+    global _open_blocks, _thresholds_before
+    with _lock:
+        if _open_blocks == 0:
+            _thresholds_before = gc.get_threshold()
+            gc.set_threshold(*SPARSE_THRESHOLDS)
+        _open_blocks += 1
     try:
         yield
     finally:
-        gc.set_threshold(*before)
+        with _lock:
+            _open_blocks -= 1
+            if _open_blocks == 0:
+                gc.set_threshold(*_thresholds_before)

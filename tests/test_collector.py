@@ -4,6 +4,7 @@ and no part of the result."""
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 
@@ -31,6 +32,33 @@ def test_the_callers_pace_comes_back_when_the_block_raises(caller_thresholds):
     with pytest.raises(ValueError, match="inside"):
         with sparse_collections():
             raise ValueError("inside")
+    assert gc.get_threshold() == CALLER_THRESHOLDS
+
+
+def test_nested_blocks_keep_the_sparse_pace_until_the_outermost_closes(caller_thresholds):
+    with sparse_collections():
+        with sparse_collections():
+            pass
+        assert gc.get_threshold() == SPARSE_THRESHOLDS
+    assert gc.get_threshold() == CALLER_THRESHOLDS
+
+
+def test_a_block_closing_in_another_thread_leaves_this_ones_pace_sparse(caller_thresholds):
+    opened, release = threading.Event(), threading.Event()
+
+    def other_thread() -> None:
+        with sparse_collections():
+            opened.set()
+            release.wait(timeout=10)
+
+    worker = threading.Thread(target=other_thread)
+    worker.start()
+    assert opened.wait(timeout=10)
+    with sparse_collections():
+        release.set()
+        worker.join(timeout=10)
+        assert not worker.is_alive()
+        assert gc.get_threshold() == SPARSE_THRESHOLDS
     assert gc.get_threshold() == CALLER_THRESHOLDS
 
 
