@@ -98,7 +98,9 @@ def rank_breakdown(records: list[TaskRecord], step_time_s: float) -> dict[str, f
         parts[LAUNCH] += host_end - start
         remaining = [(host_end, end)] if host_end < end else []
         for kind in EXPOSED_ORDER:
-            spans, ends = comm_merged.get(kind, []), comm_ends.get(kind, [])
+            if kind not in comm_merged or not remaining:
+                continue
+            spans, ends = comm_merged[kind], comm_ends[kind]
             left = [piece for gap in remaining for piece in _subtract(gap, spans, ends)]
             parts[f"exposed_{kind}"] += _length(remaining) - _length(left)
             remaining = left
