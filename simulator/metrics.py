@@ -98,7 +98,9 @@ def rank_breakdown(records: list[TaskRecord], step_time_s: float) -> dict[str, f
         parts[LAUNCH] += host_end - start
         remaining = [(host_end, end)] if host_end < end else []
         for kind in EXPOSED_ORDER:
-            if kind not in comm_merged or not remaining:
+            if not remaining:
+                break
+            if kind not in comm_merged:
                 continue
             spans, ends = comm_merged[kind], comm_ends[kind]
             left = [piece for gap in remaining for piece in _subtract(gap, spans, ends)]
