@@ -89,12 +89,14 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
     """The CSV's rows as dicts; a one-line error names the file, row and column at fault."""
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as error:
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read as CSV ({error})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
     rows = frame.to_dict("records")
+    if not rows:
+        raise ValueError(f"{path}: no rows under the header; give at least one measured run")
     first_line: dict[str, int] = {}
     for number, row in enumerate(rows, start=2):
         where = f"{path}: line {number} ({row['name'] or 'no name'})"

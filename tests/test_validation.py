@@ -172,6 +172,8 @@ def _first_row_with(column: str, value: str) -> str:
     (_first_row_with("a2a_overlap", "yes"), ["line 2", "a2a_overlap='yes'", "'1'"]),
     (_first_row_with("routing", "weird"), ["line 2", "routing='weird'", "'tokendrop'"]),
     (_first_row_with("name", ""), ["line 2", "name is empty"]),
+    ("", ["bad.csv", "cannot read as CSV"]),
+    (FIXTURE.read_text().splitlines()[0] + "\n", ["bad.csv", "no rows under the header"]),
 ])
 def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     path = tmp_path / "bad.csv"
