@@ -393,6 +393,9 @@ def calibration_values(path: str | Path, field: str = "value") -> dict[str, floa
                          f"key -> {{value: number}}{', not ' + wrong[0] if wrong else ''}")
     values = {key: float(value) for key, value in held.items()}
     for key, entry in _entries(document, path).items():
+        if not isinstance(entry, dict):
+            raise ValueError(f"calibration {path}: parameters.{key}={entry!r} must be a "
+                             f"mapping with a number under {field!r}")
         value = _entry_value(entry, field)
         if not _is_number(value):
             raise ValueError(f"calibration {path}: parameters.{key}.{field}={value!r} must be "

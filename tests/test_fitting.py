@@ -280,6 +280,10 @@ def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
     out.write_text("parameters: {}\nfixed: {host_launch_s: {value: fast}}\n")
     with pytest.raises(ValueError, match="'fixed' must be a mapping of key -> {value: number}"):
         load_calibration(out)
+    out.write_text("parameters: {host_launch_s: 2.0e-5}\n")
+    with pytest.raises(ValueError, match="parameters.host_launch_s=2e-05 must be a mapping with "
+                                         "a number under 'value'"):
+        load_calibration(out)
 
 
 def test_first_principles_keys_start_there_and_are_held_there_unless_fitted(tmp_path, capsys):
