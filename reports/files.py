@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 NEW_FILE_MODE = 0o666
+FIGURE_FORMATS = ("png", "svg", "pdf")
 
 
 def _umask() -> int:
@@ -77,7 +78,24 @@ def write_json(path: str | Path, document: Any) -> None:
     write_text(path, json.dumps(document, indent=1) + "\n")
 
 
-def save_png(figure: "Figure", path: str | Path) -> None:
-    """Write the figure to `path` as a PNG, whole or not at all."""
-    _write_atomically(path, lambda temporary: figure.savefig(temporary, format="png", dpi=110),
-                      suffix=".png")
+def figure_format(path: str | Path) -> str:
+    """The format a figure at `path` is written in, from its extension (png, svg or pdf)."""
+    extension = Path(path).suffix.lower().lstrip(".")
+    if extension not in FIGURE_FORMATS:
+        raise ValueError(f"output {str(path)!r}: extension {extension or '(none)'!r}; a figure "
+                         f"is written as {', '.join('.' + f for f in FIGURE_FORMATS)}")
+    return extension
+
+
+def check_figure_path(path: str | Path) -> None:
+    """`check_output_path`, and a figure format the extension names."""
+    check_output_path(path)
+    figure_format(path)
+
+
+def save_figure(figure: "Figure", path: str | Path) -> None:
+    """Write the figure to `path` in the format its extension names, whole or not at all."""
+    extension = figure_format(path)
+    _write_atomically(path, lambda temporary: figure.savefig(temporary, format=extension,
+                                                             dpi=110),
+                      suffix=f".{extension}")

@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from reports.chrome_trace import LANE_ORDER
-from reports.files import save_png
+from reports.files import save_figure
 from reports.study_charts import category_colour
 
 CYCLES = 4
@@ -151,5 +151,5 @@ def gantt_figure(rows: Sequence[Row], window: tuple[float, float] | None = None,
 
 def write_gantt(path: str | Path, rows: Sequence[Row], title: str = "") -> Figure:
     figure = gantt_figure(rows, title=title)
-    save_png(figure, path)
+    save_figure(figure, path)
     return figure

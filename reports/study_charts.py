@@ -14,7 +14,7 @@ from typing import Any, Mapping, Sequence
 import pandas as pd
 from matplotlib.figure import Figure
 
-from reports.files import save_png, write_text
+from reports.files import save_figure, write_text
 from reports.summary import BREAKDOWN_LABELS, BREAKDOWN_ORDER
 
 CATEGORY_COLOURS = {
@@ -164,5 +164,5 @@ def write_study(folder: str | Path, name: str, frame: pd.DataFrame,
     write_text(paths[0], frame.to_csv(index=False))
     for stem, figure in figures.items():
         paths.append(target / f"{stem}.png")
-        save_png(figure, paths[-1])
+        save_figure(figure, paths[-1])
     return paths

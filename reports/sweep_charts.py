@@ -26,7 +26,7 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from reports.files import save_png
+from reports.files import save_figure
 from reports.summary import BREAKDOWN_LABELS, BREAKDOWN_ORDER
 
 METRICS = {"tokens_per_s_per_gpu": "tokens/s/GPU", "tflops_per_gpu": "model TFLOP/s/GPU"}
@@ -226,6 +226,6 @@ def write_sweep_charts(frame: pd.DataFrame, keys: Sequence[str], folder: str | P
     paths = []
     for name, figure in sweep_figures(frame, keys, title).items():
         path = Path(folder) / f"{name}.png"
-        save_png(figure, path)
+        save_figure(figure, path)
         paths.append(path)
     return paths

@@ -1,4 +1,4 @@
-"""A drawing of a cluster's wiring as a PNG: one horizontal layer per tier, edges coloured by tier.
+"""A drawing of a cluster's wiring: one horizontal layer per tier, edges coloured by tier.
 
 Input is plain data (simulator.catalog.drawing_data builds it): `system`, `num_gpus`,
 `domain_size`, `nodes` (id, kind, and domain / index / rail / switches where they apply) and
@@ -23,7 +23,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from reports.files import save_png
+from reports.files import save_figure
 
 MAX_DRAWN_GPUS = 256
 MAX_DRAWN_DOMAINS = 8
@@ -294,7 +294,7 @@ def topology_figure(graph_data: Mapping[str, Any]) -> Figure:
 
 
 def draw_topology(graph_data: Mapping[str, Any], path: str | Path) -> Figure:
-    """Draw the topology, write it to path as a PNG and return the Figure."""
+    """Draw the topology, write it to path (its extension names the format), return the Figure."""
     figure = topology_figure(graph_data)
-    save_png(figure, path)
+    save_figure(figure, path)
     return figure

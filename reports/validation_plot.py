@@ -20,7 +20,7 @@ from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from reports.files import save_png
+from reports.files import save_figure
 
 BAND = 0.10
 LABEL_BEYOND = 0.15
@@ -101,5 +101,5 @@ def validation_figure(rows: Sequence[Mapping[str, Any]], title: str,
 def write_validation_plot(rows: Sequence[Mapping[str, Any]], path: str | Path,
                           title: str, pairs: Sequence[Mapping[str, Any]] = ()) -> Figure:
     figure = validation_figure(rows, title, pairs)
-    save_png(figure, path)
+    save_figure(figure, path)
     return figure

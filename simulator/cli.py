@@ -35,7 +35,7 @@ from typing import Any, Sequence
 
 from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
-from reports.files import check_output_path
+from reports.files import check_figure_path, check_output_path
 from reports.gantt import write_gantt
 from reports.summary import format_summary, run_title
 from reports.tables import format_table
@@ -71,8 +71,9 @@ def _run_parser(commands: argparse._SubParsersAction) -> None:
     add_scenario_flags(run)
     run.add_argument("--json", action="store_true", help="print one JSON object")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace")
-    run.add_argument("--gantt", metavar="PNG",
-                     help="draw the steady state of one pipeline (every stage and lane)")
+    run.add_argument("--gantt", metavar="FIGURE",
+                     help="draw the steady state of one pipeline (every stage and lane; .png, "
+                          ".svg or .pdf)")
     run.add_argument("--unfolded", action="store_true",
                      help="simulate every GPU instead of one per pipeline stage")
 
@@ -93,7 +94,8 @@ def _show_parser(commands: argparse._SubParsersAction) -> None:
                       help="GPU count (default: four NVLink domains)")
     show.add_argument("--domain-size", type=int, metavar="N",
                       help="GPUs per NVLink domain (default: the system's)")
-    show.add_argument("--png", metavar="FILE", help="drawing file (default: SYSTEM-N.png)")
+    show.add_argument("--png", metavar="FIGURE",
+                      help="drawing file, .png, .svg or .pdf (default: SYSTEM-N.png)")
     show.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
@@ -117,8 +119,16 @@ def _check_outputs(*paths: str | None) -> None:
             check_output_path(path)
 
 
+def _check_figures(*paths: str | None) -> None:
+    """Refuse, before any work, a figure that could not be written or has no known format."""
+    for path in paths:
+        if path:
+            check_figure_path(path)
+
+
 def _run(args: argparse.Namespace) -> int:
-    _check_outputs(args.trace, args.gantt)
+    _check_outputs(args.trace)
+    _check_figures(args.gantt)
     scenario = scenario_from_args(args)
     note_unused_calibration(args.set, [scenario])
     result = run_scenario(scenario, folded=not args.unfolded)
@@ -147,7 +157,7 @@ def _show(args: argparse.Namespace) -> int:
     system, topology = build_system(args.name, args.gpus, args.domain_size)
     summary = summarise(system, topology)
     png = args.png or f"{system.name}-{topology.num_gpus}.png"
-    _check_outputs(png)
+    _check_figures(png)
     draw_topology(drawing_data(system, topology), png)
     if args.json:
         print(json.dumps({**summary, "png": png}, indent=1))
@@ -164,7 +174,8 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
                     "the signed error of each and the median, mean and max absolute error.")
     validate.add_argument("csv", metavar="FILE.csv")
     validate.add_argument("--json", action="store_true", help="print one JSON object")
-    validate.add_argument("--plot", metavar="PNG", help="draw predicted vs measured")
+    validate.add_argument("--plot", metavar="FIGURE",
+                          help="draw predicted vs measured (.png, .svg or .pdf)")
     validate.add_argument("--jobs", type=int, default=1, metavar="N",
                           help="rows to run in parallel processes")
     validate.add_argument("--calibration", metavar="FILE",
@@ -410,7 +421,7 @@ def _by_columns(options: list[str], rows: list[dict[str, Any]]) -> tuple[str, ..
 def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
-    _check_outputs(args.plot)
+    _check_figures(args.plot)
     params = calibration_settings(
         load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS,
         args.settings)

@@ -252,6 +252,8 @@ def test_written_files_get_the_mode_the_umask_gives(tmp_path, capsys, umask_027)
     (["run", "--trace", "{missing}/step.json"], "cli.run_scenario"),
     (["run", "--gantt", "{folder}"], "cli.run_scenario"),
     (["validate", "{fixture}", "--plot", "{missing}/validation.png"], "cli.validate_rows"),
+    (["validate", "{fixture}", "--plot", "{folder}/validation.txt"], "cli.validate_rows"),
+    (["run", "--gantt", "{folder}/gantt"], "cli.run_scenario"),
     (["calibrate", "{fixture}", "-o", "{missing}/fit.yaml", "--parameters", "host_launch_s"],
      "cli.fit"),
     (["report", "--out", "{file}"], "cli_studies.run_scenario"),
@@ -279,7 +281,7 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(
     lines = capsys.readouterr().err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("moesim: error: output")
     assert any(words in lines[0] for words in ("does not exist", "is a folder", "is a file",
-                                               "is inside the file"))
+                                               "is inside the file", "a figure is written as"))
 
 
 def test_compare_puts_the_release_on_the_models_preset_for_each_system(capsys, tmp_path):

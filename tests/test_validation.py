@@ -118,6 +118,13 @@ def test_validate_command_json_and_plot(tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.parametrize("name, magic", [("validation.svg", b"<?xml"), ("validation.PDF", b"%PDF")])
+def test_the_plot_takes_the_format_its_extension_names(tmp_path, capsys, name, magic):
+    plot = tmp_path / name
+    assert main(["validate", str(FIXTURE), "--json", "--plot", str(plot)]) == 0
+    assert plot.read_bytes().startswith(magic)
+
+
 def test_validation_figure_has_the_points_and_the_band(results):
     from dataclasses import asdict
 
