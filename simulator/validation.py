@@ -29,7 +29,7 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from topologies.systems import load_system
+from topologies.systems import SystemSpec, load_system, system_gpu
 from workloads.flops import reported_flops_per_token
 from workloads.model_presets import model_preset
 from workloads.models import model_spec
@@ -94,7 +94,7 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    rows = frame.to_dict("records")
+    rows = [_with_system_beside(row, Path(path).parent) for row in frame.to_dict("records")]
     if not rows:
         raise ValueError(f"{path}: no rows under the header; give at least one measured run")
     first_line: dict[str, int] = {}
@@ -111,6 +111,14 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
                                  f"integer")
         _check_measured(row, where)
     return rows
+
+
+def _with_system_beside(row: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """The row with a relative `system` file path taken from the CSV's folder."""
+    name = row.get("system", "").strip()
+    if not name.endswith((".yaml", ".yml")) or Path(name).is_absolute():
+        return row
+    return {**row, "system": str(folder / name)}
 
 
 def _check_vocabulary(row: dict[str, Any], where: str) -> None:
@@ -187,11 +195,25 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
     return recipe_with(base, **changes)
 
 
+def row_system(row: dict[str, Any]) -> SystemSpec:
+    """The row's `system` (a catalog name or a .yaml file), else its GPU's usual system; the
+    system's GPU must be the row's `gpu`, which the presets and the statistics go by."""
+    name = row.get("system", "").strip()
+    if not name:
+        if row["gpu"] not in SYSTEM_OF_GPU:
+            raise ValueError(f"gpu={row['gpu']!r}: known are {', '.join(SYSTEM_OF_GPU)} (or "
+                             f"name the row's system in a `system` column)")
+        return load_system(SYSTEM_OF_GPU[row["gpu"]])
+    system = load_system(name)
+    if system_gpu(system).name != row["gpu"]:
+        raise ValueError(f"system={name!r} has gpu {system_gpu(system).name!r}, not the row's "
+                         f"gpu={row['gpu']!r}")
+    return system
+
+
 def row_scenario(row: dict[str, Any]) -> Scenario:
     """The Scenario a measured row describes."""
-    if row["gpu"] not in SYSTEM_OF_GPU:
-        raise ValueError(f"gpu={row['gpu']!r}: known are {', '.join(SYSTEM_OF_GPU)}")
-    system = load_system(SYSTEM_OF_GPU[row["gpu"]])
+    system = row_system(row)
     integers = {c: int(row[c]) for c in INTEGER_COLUMNS}
     recipe_ = row_recipe(row)
     plan = ParallelPlan(num_gpus=integers["num_gpus"], tp=integers["tp"], pp=integers["pp"],

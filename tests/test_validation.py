@@ -190,6 +190,29 @@ def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     assert len(err.splitlines()) == 1 and all(w in err for w in words)
 
 
+def test_a_row_runs_on_the_system_its_system_column_names(tmp_path):
+    """An empty or missing `system` keeps the GPU's usual system; a catalog name or a .yaml
+    file (relative to the CSV's folder) replaces it, if its GPU is the row's."""
+    lines = FIXTURE.read_text().splitlines()
+    (tmp_path / "systems").mkdir()
+    (tmp_path / "systems" / "slow-ib.yaml").write_text(
+        "extends: dgx-h100\nname: dgx-h100-slow-ib\nnic: {extends: connectx-7, "
+        "bandwidth_bytes_per_s: 2.5e10}\n")
+    path = tmp_path / "runs.csv"
+    path.write_text("\n".join([lines[0] + ",system",
+                               lines[1] + ",",
+                               lines[1].replace("-tokens,", "-file,", 1) + ",systems/slow-ib.yaml",
+                               lines[1].replace("-tokens,", "-b200,", 1) + ",dgx-b200"]) + "\n")
+    usual, custom, other_gpu = read_measurements(path)
+    assert row_scenario(usual).system.name == "dgx-h100"
+    assert row_scenario(custom).system.name == "dgx-h100-slow-ib"
+    with pytest.raises(ValueError, match="system='dgx-b200' has gpu 'b200', not the row's "
+                                         "gpu='h100'"):
+        row_scenario(other_gpu)
+    failed = [r for r in validate_rows([usual, custom, other_gpu]) if r.status == "failed"]
+    assert [r.name for r in failed] == ["fixture-llama8b-h100-8-b200"]
+
+
 def test_a_dualpipe_row_runs_as_dualpipev_with_two_stages_per_rank():
     """DeepSeek's DualPipe rows count no virtual stages (vpp = 1) though each rank runs two;
     moesim runs them as DualPipeV with vpp = 2 on the same ranks. Other rows keep their vpp."""
