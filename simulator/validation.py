@@ -94,7 +94,7 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    rows = [_with_system_beside(row, Path(path).parent) for row in frame.to_dict("records")]
+    rows = frame.to_dict("records")
     if not rows:
         raise ValueError(f"{path}: no rows under the header; give at least one measured run")
     first_line: dict[str, int] = {}
@@ -111,14 +111,6 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
                                  f"integer")
         _check_measured(row, where)
     return rows
-
-
-def _with_system_beside(row: dict[str, Any], folder: Path) -> dict[str, Any]:
-    """The row with a relative `system` file path taken from the CSV's folder."""
-    name = row.get("system", "").strip()
-    if not name.endswith((".yaml", ".yml")) or Path(name).is_absolute():
-        return row
-    return {**row, "system": str(folder / name)}
 
 
 def _check_vocabulary(row: dict[str, Any], where: str) -> None:
@@ -196,8 +188,9 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
 
 
 def row_system(row: dict[str, Any]) -> SystemSpec:
-    """The row's `system` (a catalog name or a .yaml file), else its GPU's usual system; the
-    system's GPU must be the row's `gpu`, which the presets and the statistics go by."""
+    """The row's `system` (a catalog name or a .yaml file, as `--system` takes it), else its
+    GPU's usual system; the system's GPU must be the row's `gpu`, which the presets and the
+    statistics go by."""
     name = row.get("system", "").strip()
     if not name:
         if row["gpu"] not in SYSTEM_OF_GPU:

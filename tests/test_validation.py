@@ -190,9 +190,11 @@ def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
     assert len(err.splitlines()) == 1 and all(w in err for w in words)
 
 
-def test_a_row_runs_on_the_system_its_system_column_names(tmp_path):
+def test_a_row_runs_on_the_system_its_system_column_names(tmp_path, monkeypatch):
     """An empty or missing `system` keeps the GPU's usual system; a catalog name or a .yaml
-    file (relative to the CSV's folder) replaces it, if its GPU is the row's."""
+    file (a path from the current folder, as --system takes it) replaces it, if its GPU is
+    the row's."""
+    monkeypatch.chdir(tmp_path)
     lines = FIXTURE.read_text().splitlines()
     (tmp_path / "systems").mkdir()
     (tmp_path / "systems" / "slow-ib.yaml").write_text(
