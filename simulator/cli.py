@@ -170,8 +170,9 @@ def _show(args: argparse.Namespace) -> int:
 def _validate_parser(commands: argparse._SubParsersAction) -> None:
     validate = commands.add_parser(
         "validate", help="predicted vs measured for every row of a measurements CSV",
-        description="Run every row of FILE.csv (schema: ../shared/data/README.md) and print "
-                    "the signed error of each and the median, mean and max absolute error.")
+        description="Run every row of FILE.csv (its columns: the README's \"Your own runs\") "
+                    "and print the signed error of each and the median, mean and max absolute "
+                    "error.")
     validate.add_argument("csv", metavar="FILE.csv")
     validate.add_argument("--json", action="store_true", help="print one JSON object")
     validate.add_argument("--plot", metavar="FIGURE",

@@ -1,10 +1,11 @@
 """Predicted vs measured: run every row of a measurements CSV and report the signed error.
 
-A row (schema in ../shared/data/README.md) becomes a Scenario: the catalog system of its GPU,
-the catalog model with the row's MTP depth, the row's plan, and its release's recipe with the
-row's explicit flags on top. A long step is extrapolated from short ones once they have settled,
-else simulated whole (simulator.steady_state). Predicted TFLOP/s count FLOPs with the row's own
-`flops_formula`. The error is on tokens/s where the row measured it, else on TFLOP/s:
+A row (its columns: the README's "Your own runs") becomes a Scenario: the system its `system`
+column names or else the catalog system of its GPU, the catalog model with the row's MTP depth,
+the row's plan, and its release's recipe with the row's explicit flags on top. A long step is
+extrapolated from short ones once they have settled, else simulated whole
+(simulator.steady_state). Predicted TFLOP/s count FLOPs with the row's own `flops_formula`. The
+error is on tokens/s where the row measured it, else on TFLOP/s:
 
     error_pct = 100 * (predicted / measured - 1)
 
