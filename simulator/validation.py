@@ -199,9 +199,9 @@ def row_system(row: dict[str, Any]) -> SystemSpec:
                              f"name the row's system in a `system` column)")
         return load_system(SYSTEM_OF_GPU[row["gpu"]])
     system = load_system(name)
-    if system_gpu(system).name != row["gpu"]:
-        raise ValueError(f"system={name!r} has gpu {system_gpu(system).name!r}, not the row's "
-                         f"gpu={row['gpu']!r}")
+    gpu = system_gpu(system).name
+    if gpu != row["gpu"]:
+        raise ValueError(f"system={name!r} has gpu {gpu!r}, not the row's gpu={row['gpu']!r}")
     return system
 
 
