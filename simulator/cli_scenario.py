@@ -13,16 +13,14 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Sequence
 
 from topologies.systems import load_system, system_gpu
 from workloads.megatron_args import read_megatron_args
-from workloads.model_files import load_model_file
+from workloads.model_files import load_model, names_file
 from workloads.model_presets import model_preset
-from workloads.models import ModelSpec, model_spec
-from workloads.recipe_files import load_recipe_file
-from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
+from workloads.recipe_files import load_recipe
+from workloads.recipes import RECIPES, recipe_with
 
 from simulator.calibration import load_calibration
 from simulator.fitting import touches
@@ -135,17 +133,17 @@ def apply_scenario_flags(scenario: Scenario, args: argparse.Namespace) -> Scenar
         system = load_system(args.system)
         scenario = replace(scenario, system=system, domain_size=default_domain_size(system))
     if args.model:
-        scenario = with_model(scenario, model_from_name(args.model))
+        scenario = with_model(scenario, load_model(args.model))
     if args.mtp is not None:
         scenario = replace(scenario, model=scenario.model.with_mtp(args.mtp))
     if args.recipe:
-        scenario = replace(scenario, recipe=recipe_from_name(args.recipe))
+        scenario = replace(scenario, recipe=load_recipe(args.recipe))
     if args.precision:
         scenario = replace(scenario, recipe=recipe_with(scenario.recipe, precision=args.precision))
     elif args.system or args.recipe:
         scenario = precision_for_system(scenario)
     if (args.recipe or args.model or args.system or args.precision) and not (
-            args.recipe and _is_file(args.recipe)):
+            args.recipe and names_file(args.recipe, RECIPES)):
         scenario = with_model_preset(scenario)
     if args.auto_plan:
         scenario = _auto_plan(scenario, args)
@@ -172,20 +170,6 @@ def _plan_settings(args: argparse.Namespace) -> list[str]:
     if settings or args.model or args.mtp is not None or args.auto_plan:
         settings.insert(0, "plan.layout=default")
     return settings
-
-
-def _is_file(name: str) -> bool:
-    return name.endswith((".yaml", ".yml", ".json")) or Path(name).exists()
-
-
-def model_from_name(name: str) -> ModelSpec:
-    """A catalog model, or a model YAML or Hugging Face config.json file."""
-    return load_model_file(name) if _is_file(name) else model_spec(name)
-
-
-def recipe_from_name(name: str) -> Recipe:
-    """A catalog recipe, or a recipe YAML file."""
-    return load_recipe_file(name) if _is_file(name) else recipe(name)
 
 
 def with_model_preset(scenario: Scenario) -> Scenario:

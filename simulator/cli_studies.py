@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from topologies.systems import load_system
+from workloads.recipe_files import load_recipe
 from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 
 from reports.files import check_output_folder
@@ -32,7 +33,7 @@ from reports.summary import run_title
 from reports.tables import format_table
 from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags,
                                     note_unused_calibration, precision_for_system,
-                                    recipe_from_name, run_document, scenario_flags_given,
+                                    run_document, scenario_flags_given,
                                     scenario_from_args, with_model_preset)
 from simulator.results import pipeline_rows
 from simulator.scenario import Scenario, run_scenario
@@ -162,7 +163,7 @@ def _compare(args: argparse.Namespace) -> int:
         if args.recipe:
             raise ValueError(f"--recipe {args.recipe}: compare --recipes takes the recipes "
                              f"from --recipes")
-        recipes = [_model_recipe(base, recipe_from_name(name), args.precision)
+        recipes = [_model_recipe(base, load_recipe(name), args.precision)
                    for name in _names(args.recipes, "recipes")]
         frame = compare_recipes(base, recipes, published=published, adjust=adjust)
         title = f"{base.model.name} on {base.plan.num_gpus} x {base.system.name}"

@@ -1,11 +1,11 @@
 """Predicted vs measured: run every row of a measurements CSV and report the signed error.
 
-A row (its columns: the README's "Your own runs") becomes a Scenario: the system its `system`
-column names or else the catalog system of its GPU, the catalog model with the row's MTP depth,
-the row's plan, and its release's recipe with the row's explicit flags on top. A long step is
-extrapolated from short ones once they have settled, else simulated whole
-(simulator.steady_state). Predicted TFLOP/s count FLOPs with the row's own `flops_formula`. The
-error is on tokens/s where the row measured it, else on TFLOP/s:
+A row (its columns: the README's "Your own runs") becomes a Scenario: the system its `system` column
+names or else the catalog system of its GPU, the model (a catalog name or a model file) with the
+row's MTP depth, the row's plan, and its release's recipe (or a recipe file's) with the row's
+explicit flags on top. A long step is extrapolated from short ones once they have settled, else
+simulated whole (simulator.steady_state). Predicted TFLOP/s count FLOPs with the row's own
+`flops_formula`. The error is on tokens/s where the row measured it, else on TFLOP/s:
 
     error_pct = 100 * (predicted / measured - 1)
 
@@ -33,9 +33,12 @@ from tqdm import tqdm
 from topologies.systems import SystemSpec, load_system, system_gpu
 from workloads.flops import reported_flops_per_token
 from workloads.model_presets import model_preset
-from workloads.models import model_spec
+from workloads.model_files import load_model, names_file
+from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan
-from workloads.recipes import GB200_GUIDE, Recipe, guide_step_recipe, recipe, recipe_with
+from workloads.recipe_files import load_recipe_file
+from workloads.recipes import (GB200_GUIDE, RECIPES, Recipe, guide_step_recipe, recipe,
+                               recipe_with)
 
 from simulator.calibration import DEFAULT_PARAMS, CostParams
 from simulator.metrics import StepMetrics
@@ -147,18 +150,26 @@ def _flag(text: str) -> bool | None:
     return None if not text.strip() else text.strip() == "1"
 
 
+def row_model(row: dict[str, Any]) -> ModelSpec:
+    """The row's `model`: a catalog name, or a model file (a path as `--model` takes it)."""
+    return load_model(row["model"])
+
+
 def _release_recipe(row: dict[str, Any]) -> Recipe:
     """The row's release with its performance scripts' preset for the row's model and GPU
     (workloads.model_presets); a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
     the name, data/README.md) gets the guide's recipe after step NN, a row of a container
-    with a recipe of its own (CONTAINER_RECIPES, by name) that recipe."""
+    with a recipe of its own (CONTAINER_RECIPES, by name) that recipe. A release given as a
+    recipe file is taken as written, as `moesim run --recipe FILE` takes it."""
+    if names_file(row["release"], RECIPES):
+        return load_recipe_file(row["release"])
     ladder = LADDER_ROW.match(row["name"])
     if row["release"] == GB200_GUIDE and ladder and ladder[1] == "gb200":
         return guide_step_recipe(int(ladder[2]))
     release = next((name for prefix, name in CONTAINER_RECIPES.items()
                     if row["name"].startswith(prefix)), row["release"])
     return recipe_with(recipe(release), **model_preset(
-        release, row["model"], row["gpu"], row["precision"]))
+        release, row_model(row).name, row["gpu"], row["precision"]))
 
 
 def row_recipe(row: dict[str, Any]) -> Recipe:
@@ -217,7 +228,7 @@ def row_scenario(row: dict[str, Any]) -> Scenario:
                         seq_len=integers["seq_len"],
                         dp_sharding="fsdp" if integers["fsdp"] else "distributed-optimizer")
     domain = default_domain_size(system)
-    return Scenario(system=system, model=model_spec(row["model"]).with_mtp(integers["mtp_layers"]),
+    return Scenario(system=system, model=row_model(row).with_mtp(integers["mtp_layers"]),
                     plan=plan, recipe=recipe_, domain_size=domain)
 
 

@@ -215,6 +215,29 @@ def test_a_row_runs_on_the_system_its_system_column_names(tmp_path, monkeypatch)
     assert [r.name for r in failed] == ["fixture-llama8b-h100-8-b200"]
 
 
+def test_a_row_may_name_a_model_file_and_a_recipe_file(tmp_path, monkeypatch):
+    """`model` and `release` take a model file and a recipe file (paths from the current
+    folder, as --model and --recipe take them). A recipe file is taken as written, without the
+    release's presets (the catalog release gives Llama TP comm overlap); the row's explicit
+    flags still go on top. A file that is not there fails its row with the path."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half.yaml").write_text("extends: llama3-8b\nname: llama3-8b-half\n"
+                                        "num_layers: 16\n")
+    (tmp_path / "stack.yaml").write_text("extends: mbridge-26.02\nname: my-stack\n"
+                                         "cuda_graphs: partial\n")
+    row = {**read_measurements(FIXTURE)[1], "fp8_attention": "1"}
+    catalog = row_scenario(row)
+    files = row_scenario({**row, "model": "half.yaml", "release": "stack.yaml"})
+    assert (files.model.name, files.model.num_layers) == ("llama3-8b-half", 16)
+    assert catalog.model.num_layers == 32
+    assert (files.recipe.name, files.recipe.cuda_graphs) == ("my-stack", "partial")
+    assert catalog.recipe.tp_comm_overlap and not files.recipe.tp_comm_overlap
+    assert files.recipe.fp8_attention
+    missing = {**row, "name": "fixture-missing", "model": "models/none.yaml"}
+    result = validate_rows([missing])[0]
+    assert result.status == "failed" and "models/none.yaml" in result.reason
+
+
 def test_a_dualpipe_row_runs_as_dualpipev_with_two_stages_per_rank():
     """DeepSeek's DualPipe rows count no virtual stages (vpp = 1) though each rank runs two;
     moesim runs them as DualPipeV with vpp = 2 on the same ranks. Other rows keep their vpp."""

@@ -28,7 +28,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from workloads.models import MODELS, ModelSpec
+from workloads.models import MODELS, ModelSpec, model_spec
 
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_EXTENDS_DEPTH = 16
@@ -284,6 +284,20 @@ def bounded_layout(text: str) -> str:
 
 
 # --- model files ------------------------------------------------------------------------------
+
+def names_file(name: str, catalog: Mapping[str, Any]) -> bool:
+    """Whether a model or recipe argument names a file: not a `catalog` name, and a .yaml, .yml
+    or .json name or a path that exists."""
+    return name not in catalog and (name.endswith(YAML_SUFFIXES + (".json",))
+                                    or Path(name).exists())
+
+
+def load_model(name_or_path: str) -> ModelSpec:
+    """A catalog model by name, or a model file (`load_model_file`) by path."""
+    if names_file(name_or_path, MODELS):
+        return load_model_file(name_or_path)
+    return model_spec(name_or_path)
+
 
 def load_model_file(path: str | Path) -> ModelSpec:
     """A model from a .yaml/.yml model file, or from a Hugging Face config.json."""

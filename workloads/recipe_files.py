@@ -19,10 +19,17 @@ from pathlib import Path
 from typing import Any
 
 from workloads.model_files import (UNSET, FlagValues, Origin, build, check_keys, extended,
-                                   identity, read_yaml_mapping, typed_changes)
-from workloads.recipes import RECIPES, RECOMPUTE_MODULES, Recipe
+                                   identity, names_file, read_yaml_mapping, typed_changes)
+from workloads.recipes import RECIPES, RECOMPUTE_MODULES, Recipe, recipe
 
 RECIPE_KEYS = ("extends",) + tuple(f.name for f in fields(Recipe))
+
+
+def load_recipe(name_or_path: str) -> Recipe:
+    """A catalog recipe by name, or a recipe file (`load_recipe_file`) by path."""
+    if names_file(name_or_path, RECIPES):
+        return load_recipe_file(name_or_path)
+    return recipe(name_or_path)
 
 
 def load_recipe_file(path: str | Path) -> Recipe:
