@@ -36,7 +36,7 @@ from workloads.model_presets import model_preset
 from workloads.model_files import load_model, names_file
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan
-from workloads.recipe_files import load_recipe_file
+from workloads.recipe_files import load_recipe
 from workloads.recipes import (GB200_GUIDE, RECIPES, Recipe, guide_step_recipe, recipe,
                                recipe_with)
 
@@ -161,8 +161,9 @@ def _release_recipe(row: dict[str, Any]) -> Recipe:
     the name, data/README.md) gets the guide's recipe after step NN, a row of a container
     with a recipe of its own (CONTAINER_RECIPES, by name) that recipe. A release given as a
     recipe file is taken as written, as `moesim run --recipe FILE` takes it."""
+    written = load_recipe(row["release"], field="release")
     if names_file(row["release"], RECIPES):
-        return load_recipe_file(row["release"])
+        return written
     ladder = LADDER_ROW.match(row["name"])
     if row["release"] == GB200_GUIDE and ladder and ladder[1] == "gb200":
         return guide_step_recipe(int(ladder[2]))

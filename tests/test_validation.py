@@ -219,7 +219,8 @@ def test_a_row_may_name_a_model_file_and_a_recipe_file(tmp_path, monkeypatch):
     """`model` and `release` take a model file and a recipe file (paths from the current
     folder, as --model and --recipe take them). A recipe file is taken as written, without the
     release's presets (the catalog release gives Llama TP comm overlap); the row's explicit
-    flags still go on top. A file that is not there fails its row with the path."""
+    flags still go on top. A file that is not there, or a release that is neither, fails its
+    row with the path or the column's name."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "half.yaml").write_text("extends: llama3-8b\nname: llama3-8b-half\n"
                                         "num_layers: 16\n")
@@ -234,8 +235,11 @@ def test_a_row_may_name_a_model_file_and_a_recipe_file(tmp_path, monkeypatch):
     assert catalog.recipe.tp_comm_overlap and not files.recipe.tp_comm_overlap
     assert files.recipe.fp8_attention
     missing = {**row, "name": "fixture-missing", "model": "models/none.yaml"}
-    result = validate_rows([missing])[0]
-    assert result.status == "failed" and "models/none.yaml" in result.reason
+    unknown = {**row, "name": "fixture-unknown", "release": "mbridge-99.01"}
+    missed, unknown_release = validate_rows([missing, unknown])
+    assert missed.status == "failed" and "models/none.yaml" in missed.reason
+    assert unknown_release.reason.startswith("release='mbridge-99.01': unknown recipe; known: ")
+    assert unknown_release.reason.endswith("(or a path to a .yaml recipe file)")
 
 
 def test_a_dualpipe_row_runs_as_dualpipev_with_two_stages_per_rank():

@@ -28,7 +28,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from workloads.models import MODELS, ModelSpec, model_spec
+from workloads.models import MODELS, ModelSpec
 
 YAML_SUFFIXES = (".yaml", ".yml")
 MAX_EXTENDS_DEPTH = 16
@@ -296,7 +296,11 @@ def load_model(name_or_path: str) -> ModelSpec:
     """A catalog model by name, or a model file (`load_model_file`) by path."""
     if names_file(name_or_path, MODELS):
         return load_model_file(name_or_path)
-    return model_spec(name_or_path)
+    if name_or_path not in MODELS:
+        raise ValueError(f"model={name_or_path!r}: unknown model; known: "
+                         f"{', '.join(sorted(MODELS))} (or a path to a .yaml model file or a "
+                         f"Hugging Face config.json)")
+    return MODELS[name_or_path]
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

@@ -20,16 +20,20 @@ from typing import Any
 
 from workloads.model_files import (UNSET, FlagValues, Origin, build, check_keys, extended,
                                    identity, names_file, read_yaml_mapping, typed_changes)
-from workloads.recipes import RECIPES, RECOMPUTE_MODULES, Recipe, recipe
+from workloads.recipes import RECIPES, RECOMPUTE_MODULES, Recipe
 
 RECIPE_KEYS = ("extends",) + tuple(f.name for f in fields(Recipe))
 
 
-def load_recipe(name_or_path: str) -> Recipe:
-    """A catalog recipe by name, or a recipe file (`load_recipe_file`) by path."""
+def load_recipe(name_or_path: str, field: str = "recipe") -> Recipe:
+    """A catalog recipe by name, or a recipe file (`load_recipe_file`) by path; an error names
+    `field` (a CSV row's `release`)."""
     if names_file(name_or_path, RECIPES):
         return load_recipe_file(name_or_path)
-    return recipe(name_or_path)
+    if name_or_path not in RECIPES:
+        raise ValueError(f"{field}={name_or_path!r}: unknown recipe; known: "
+                         f"{', '.join(sorted(RECIPES))} (or a path to a .yaml recipe file)")
+    return RECIPES[name_or_path]
 
 
 def load_recipe_file(path: str | Path) -> Recipe:
