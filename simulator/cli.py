@@ -59,8 +59,8 @@ from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
 from simulator.repeats import repeats
 from simulator.uncertainty import CORRELATED, Spread
-from simulator.validation import (RowResult, read_measurements, scenario_or_none, summarize,
-                                  validate_rows)
+from simulator.validation import (RowResult, read_measurements, row_files, scenario_or_none,
+                                  summarize, validate_rows)
 
 SHOW_SUBJECTS = ("system",)
 
@@ -339,7 +339,7 @@ def _calibrate(args: argparse.Namespace) -> int:
               if key not in fitted_keys} if carried else {})
     document = calibration_document(result, parameters, args.csv,
                                     "moesim " + " ".join(sys.argv[1:]) if sys.argv else "",
-                                    fixed)
+                                    fixed, row_files(rows))
     write_calibration(args.output, document)
     print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
                          "std error": _std_error_text(entry),

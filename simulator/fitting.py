@@ -402,15 +402,18 @@ def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, lowe
 
 def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...],
                          data: str | Path, command: str,
-                         fixed: Mapping[str, float] | None = None) -> dict[str, Any]:
-    """What the calibration file records: the command, the data and its hash, the fit, and
-    the values (`fixed`) that a partial refit held where its start file had them."""
+                         fixed: Mapping[str, float] | None = None,
+                         files: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the calibration file records: the command, the data and its hash, the hash of each
+    model, recipe or system file its rows name (`files`; null where it cannot be read), the
+    fit, and the values (`fixed`) that a partial refit held where its start file had them."""
     meanings = {p.key: p.meaning for p in (*DEFAULT_FIT, *OPTIONAL_FIT)}
     fixed_part = {"fixed": {key: {"value": value, "meaning": meanings.get(key, "")}
                             for key, value in fixed.items()}} if fixed else {}
     return {
         "command": command, "data": Path(data).name,
         "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),
+        **({"files_sha256": {name: _sha256(name) for name in files}} if files else {}),
         "rows_used": result.rows_used, "rows_failed": result.rows_failed,
         "evaluations": result.evaluations,
         **({"stopped": "interrupted; the best values so far"} if result.stopped else {}),
@@ -430,6 +433,13 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
            if result.spread.correlations else {}),
         **fixed_part,
     }
+
+
+def _sha256(path: str) -> str | None:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return None
 
 
 def _spread_entry(spread: Spread, key: str) -> dict[str, Any]:

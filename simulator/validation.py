@@ -30,11 +30,11 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from topologies.systems import SystemSpec, load_system, system_gpu
+from topologies.systems import SYSTEM_NAMES, SystemSpec, load_system, system_gpu
 from workloads.flops import reported_flops_per_token
 from workloads.model_presets import model_preset
 from workloads.model_files import load_model, names_file
-from workloads.models import ModelSpec
+from workloads.models import MODELS, ModelSpec
 from workloads.parallelism import ParallelPlan
 from workloads.recipe_files import load_recipe
 from workloads.recipes import (GB200_GUIDE, RECIPES, Recipe, guide_step_recipe, recipe,
@@ -148,6 +148,15 @@ def _number(text: str) -> float | None:
 
 def _flag(text: str) -> bool | None:
     return None if not text.strip() else text.strip() == "1"
+
+
+def row_files(rows: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The model, recipe and system files that `rows` name (not the files those extend), each
+    once, in the order met."""
+    named = [row["model"] for row in rows if names_file(row["model"], MODELS)]
+    named += [row["release"] for row in rows if names_file(row["release"], RECIPES)]
+    named += [row.get("system", "").strip() for row in rows]
+    return tuple(dict.fromkeys(name for name in named if name and name not in SYSTEM_NAMES))
 
 
 def row_model(row: dict[str, Any]) -> ModelSpec:

@@ -1,12 +1,14 @@
 """Calibration recovers known parameters from measurements that moesim itself generated."""
 
 import csv
+import hashlib
 import math
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from simulator.calibration import (DEFAULT_PARAMS, SHIPPED_CALIBRATION, calibration_values,
                                    load_calibration, params_value, params_with)
@@ -20,8 +22,6 @@ TRUE = {"gemm_efficiency.hopper-bf16": 0.55, "gemm_efficiency.hopper-fp8": 0.45}
 def _write_start(path: Path, parameters: dict[str, float],
                  fixed: dict[str, float] | None = None) -> None:
     """A start file for `moesim calibrate --start`: each value under `parameters` or `fixed`."""
-    import yaml
-
     document = {"parameters": {key: {"value": value} for key, value in parameters.items()}}
     if fixed:
         document["fixed"] = {key: {"value": value} for key, value in fixed.items()}
@@ -145,7 +145,6 @@ def test_calibrate_command_writes_a_file_that_run_and_validate_load(tmp_path, ca
 
 def test_the_printed_fit_keeps_small_values_significant(tmp_path, capsys):
     from simulator.cli import main
-    import yaml
 
     rows_csv = tmp_path / "rows.csv"
     rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:2]) + "\n")
@@ -160,7 +159,6 @@ def test_the_printed_fit_keeps_small_values_significant(tmp_path, capsys):
 
 def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
     from simulator.cli import main
-    import yaml
 
     _synthetic_rows(tmp_path)
     start = tmp_path / "start.yaml"
@@ -233,7 +231,6 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
     """The start file holds the synthetic rows' truth (TRUE on the shipped values), so the fit's
     first evaluation finds them at their measurements."""
     from simulator.cli import main
-    import yaml
 
     _synthetic_rows(tmp_path)
     start = tmp_path / "start.yaml"
@@ -255,7 +252,6 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
 
 def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
     from simulator.cli import main
-    import yaml
 
     _synthetic_rows(tmp_path)
     first, *others = TRUE
@@ -292,7 +288,6 @@ def test_first_principles_keys_start_there_and_are_held_there_unless_fitted(tmp_
     held at its first-principles value under `fixed`, and the rest keep the start file's."""
     from simulator.calibration import FIRST_PRINCIPLES
     from simulator.cli import main
-    import yaml
 
     _synthetic_rows(tmp_path)
     first, other = TRUE
@@ -420,7 +415,6 @@ def test_a_fused_mlp_rate_per_architecture_is_fitted_on_request(tmp_path):
     """The fused MLP's rate per architecture is outside the default set (the shipped rows do
     not support a difference); named, it is fitted and written with its meaning."""
     from simulator.cli import main
-    import yaml
 
     rows_csv = tmp_path / "rows.csv"
     rows_csv.write_text("\n".join(FIXTURE.read_text().splitlines()[:2]) + "\n")
@@ -448,3 +442,23 @@ def test_the_roofline_s_overlap_is_fitted_from_within_its_bounds(tmp_path):
                  "--parameters", key]) == 0
     loaded = load_calibration(out, FIRST_PRINCIPLES)
     assert 1.0 <= loaded.roofline_overlap_exponent <= 8.0
+
+
+def test_calibration_file_records_the_hash_of_each_file_its_rows_name(tmp_path, monkeypatch):
+    """A row's model, recipe and system files are inputs of the fit as the CSV is: the file
+    names each (not the catalog names) with its SHA-256, null for one that cannot be read."""
+    from simulator.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    model = tmp_path / "half.yaml"
+    model.write_text("extends: llama3-8b\nname: llama3-8b-half\nnum_layers: 16\n")
+    header, row = FIXTURE.read_text().splitlines()[:2]
+    (tmp_path / "rows.csv").write_text("\n".join([
+        header + ",system", row + ",dgx-h100",
+        row.replace("-tokens,llama3-8b,", "-half,half.yaml,", 1) + ",",
+        row.replace("-tokens,llama3-8b,", "-gone,gone.yaml,", 1) + ","]) + "\n")
+    assert main(["calibrate", "rows.csv", "-o", "fit.yaml", "--max-evaluations", "1",
+                 "--parameters", "host_launch_s"]) == 0
+    recorded = yaml.safe_load((tmp_path / "fit.yaml").read_text())["files_sha256"]
+    assert recorded == {"half.yaml": hashlib.sha256(model.read_bytes()).hexdigest(),
+                        "gone.yaml": None}
