@@ -4,8 +4,8 @@ handlers of the single-run and catalog commands.
     run        simulate one training step and print what it found (--json, --trace, --gantt)
     list       print the catalogs: GPUs, systems, models, recipes
     show       summarise one built system and draw it (`moesim show system NAME`)
-    validate   predicted vs measured for every row of a measurements CSV
-    calibrate  fit the global cost parameters to a measurements CSV
+    validate   predicted vs measured for every row of a measurements CSV, locally or on Dask
+    calibrate  fit the global cost parameters to a measurements CSV, locally or on Dask
     compare    one model on several systems or recipes          (simulator.cli_studies)
     scale      per-GPU throughput and scaling efficiency vs GPU count    (cli_studies)
     report     a self-contained HTML page and Markdown for a run or a study   (cli_studies)
@@ -29,6 +29,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -54,6 +55,7 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    params_value, params_with, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
                                calibration_document, fit)
+from simulator.dask_cluster import dask_client
 from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
@@ -179,6 +181,7 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
                           help="draw predicted vs measured (.png, .svg or .pdf)")
     validate.add_argument("--jobs", type=int, default=1, metavar="N",
                           help="rows to run in parallel processes")
+    _add_scheduler(validate)
     validate.add_argument("--calibration", metavar="FILE",
                           help="cost parameters from `moesim calibrate`")
     validate.add_argument("--only", action="append", default=[], metavar="COLUMN=VALUE[,VALUE]",
@@ -189,6 +192,12 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
                           help="a cost parameter for every row, on top of --calibration (e.g. "
                                "calibration.memory_efficiency=0.7); repeatable")
     _add_by(validate)
+
+
+def _add_scheduler(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="run the rows on this Dask distributed scheduler's workers "
+                             "instead of --jobs processes (they need moesim installed)")
 
 
 def _add_by(parser: argparse.ArgumentParser) -> None:
@@ -206,6 +215,7 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("csv", metavar="FILE.csv")
     calibrate.add_argument("-o", "--output", required=True, metavar="FILE.yaml")
     calibrate.add_argument("--jobs", type=int, default=1, metavar="N")
+    _add_scheduler(calibrate)
     calibrate.add_argument("--max-evaluations", type=int, default=40, metavar="N",
                            help="simulations of the rows (a Jacobian column counts as one)")
     calibrate.add_argument("--loss", choices=LOSSES,
@@ -331,35 +341,36 @@ def _calibrate(args: argparse.Namespace) -> int:
     first_principles = {p.key: params_value(FIRST_PRINCIPLES, p.key) for p in reset}
     for key, value in first_principles.items():
         base = params_with(base, key, value)
-    result = _fit_until_stopped(rows, parameters, base, args, loss, progress)
-    fitted_keys = {p.key for p in parameters}
-    carried = args.start or args.rerun
-    fixed = ({key: value for key, value in
-              {**calibration_values(carried), **first_principles}.items()
-              if key not in fitted_keys} if carried else {})
-    document = calibration_document(result, parameters, args.csv,
-                                    "moesim " + " ".join(sys.argv[1:]) if sys.argv else "",
-                                    fixed, row_files(rows))
-    write_calibration(args.output, document)
-    print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
-                         "std error": _std_error_text(entry),
-                         "rows": entry.get("rows", ""),
-                         "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
-                         "meaning": entry["meaning"]}
-                        for key, entry in document["parameters"].items()]))
-    print(_correlations_text(result.spread))
-    fitted = [asdict(r) for r in result.final_rows]
-    print(format_validation(fitted, _summary(list(result.final_rows), rows, by)))
-    print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
-          f"-> {result.final_objective:.4f}; rms log error "
-          f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
-          f"{result.rows_used} rows ({result.rows_failed} failed); written to {args.output}"
-          + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else ""))
-    if held:
-        predicted = validate_rows(held, result.params, jobs=args.jobs)
-        print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
-        print(format_validation([asdict(r) for r in predicted], _summary(predicted, held, by)))
-    return 0
+    with dask_client(args.scheduler) if args.scheduler else nullcontext() as client:
+        result = _fit_until_stopped(rows, parameters, base, args, loss, progress, client)
+        fitted_keys = {p.key for p in parameters}
+        carried = args.start or args.rerun
+        fixed = ({key: value for key, value in
+                  {**calibration_values(carried), **first_principles}.items()
+                  if key not in fitted_keys} if carried else {})
+        document = calibration_document(result, parameters, args.csv,
+                                        "moesim " + " ".join(sys.argv[1:]) if sys.argv else "",
+                                        fixed, row_files(rows))
+        write_calibration(args.output, document)
+        print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
+                             "std error": _std_error_text(entry),
+                             "rows": entry.get("rows", ""),
+                             "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
+                             "meaning": entry["meaning"]}
+                            for key, entry in document["parameters"].items()]))
+        print(_correlations_text(result.spread))
+        fitted = [asdict(r) for r in result.final_rows]
+        print(format_validation(fitted, _summary(list(result.final_rows), rows, by)))
+        print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
+              f"-> {result.final_objective:.4f}; rms log error "
+              f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
+              f"{result.rows_used} rows ({result.rows_failed} failed); written to {args.output}"
+              + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else ""))
+        if held:
+            predicted = validate_rows(held, result.params, jobs=args.jobs, client=client)
+            print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
+            print(format_validation([asdict(r) for r in predicted], _summary(predicted, held, by)))
+        return 0
 
 
 def _std_error_text(entry: dict[str, Any]) -> str:
@@ -382,14 +393,14 @@ def _stop(signum: int, frame: object) -> None:
 
 def _fit_until_stopped(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...],
                        base: CostParams, args: argparse.Namespace, loss: Loss,
-                       progress: Callable[[int, str], None]) -> FitResult:
+                       progress: Callable[[int, str], None], client: Any) -> FitResult:
     """`fit`, which Ctrl-C or SIGTERM ends at the best values so far once its steps have
     begun; before them there is nothing to write."""
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         return fit(rows, parameters, base=base, jobs=args.jobs,
                    max_evaluations=args.max_evaluations, loss=loss,
-                   steps=not args.uncertainty_only, progress=progress)
+                   steps=not args.uncertainty_only, progress=progress, client=client)
     except KeyboardInterrupt:
         raise ValueError("calibrate: stopped before its first step (start rows, short rows "
                          "or Jacobian); nothing written") from None
@@ -431,7 +442,9 @@ def _validate(args: argparse.Namespace) -> int:
     scenarios = [replace(scenario, params=params)
                  for scenario in map(scenario_or_none, measurements) if scenario is not None]
     note_unused_calibration(args.settings, scenarios, "any row")
-    results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json)
+    with dask_client(args.scheduler) if args.scheduler else nullcontext() as client:
+        results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json,
+                                client=client)
     rows = [asdict(r) for r in results]
     summary = _summary(results, measurements, by)
     if args.plot:

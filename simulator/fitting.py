@@ -287,11 +287,12 @@ class _Counter:
 def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAULT_FIT, *,
         base: CostParams = FIRST_PRINCIPLES, jobs: int = 1, max_evaluations: int = 40,
         loss: Loss = Loss(), steps: bool = True,
-        progress: Callable[[int, str], None] | None = None) -> FitResult:
+        progress: Callable[[int, str], None] | None = None, client: Any = None) -> FitResult:
     """Robust least-squares fit of `parameters` (starting from `base`) to the rows'
     measurements, with each fitted value's spread (simulator.uncertainty); with steps=False
     only the Jacobian is measured and the spread is that of the start values. `progress`
-    hears (evaluations so far, a one-line account of the latest) after every evaluation."""
+    hears (evaluations so far, a one-line account of the latest) after every evaluation.
+    The rows run in `jobs` processes, or on a Dask `client`'s cluster (validate_rows)."""
     lower = np.array([p.lower for p in parameters])
     upper = np.array([p.upper for p in parameters])
     width = upper - lower
@@ -301,7 +302,8 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
 
     def errors(values: np.ndarray, subset: list[dict[str, Any]]) -> np.ndarray:
         counter.calls += 1
-        counter.results = validate_rows(subset, _with_values(base, parameters, values), jobs)
+        counter.results = validate_rows(subset, _with_values(base, parameters, values), jobs,
+                                        client=client)
         return _errors(counter.results)
 
     first = errors(x, rows)

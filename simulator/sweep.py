@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from reports.files import write_text
 from reports.sweep_charts import write_sweep_charts
+from simulator.dask_cluster import dask_client, one_line
 from simulator.results import result_document
 from simulator.scenario import Scenario, run_scenario
 from simulator.sweep_spec import SweepPoint, SweepSpec, base_scenario, scenario_with, setting_text
@@ -43,7 +44,6 @@ OUTPUT_COLUMNS = ("step_time_s", "tokens_per_s_per_gpu", "tflops_per_gpu", "mfu"
 NESTED_ORDER = ("breakdown_s.", "memory_bytes_per_gpu.", "scenario.")
 BREAKDOWN_PREFIX = "breakdown_s."
 SUMMARY_COLUMNS = ("tokens_per_s_per_gpu", "tflops_per_gpu", "step_time_s")
-DASK_CONNECT_TIMEOUT_S = 10
 
 Outcome = dict[str, Any]
 TextRow = dict[str, str]
@@ -62,17 +62,12 @@ def _flat(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
-
-
 def evaluate_point(base: Scenario, point: SweepPoint, folder: str) -> Outcome:
     """The outputs of one point, or its failure: status, error and the flat result document."""
     try:
         result = run_scenario(scenario_with(base, point.settings, folder))
     except Exception as error:  # a failing point is recorded in its row; the sweep goes on
-        return {"status": "failed", "error": _one_line(error)}
+        return {"status": "failed", "error": one_line(error)}
     return {"status": "ok", "error": "", **_flat(result_document(result))}
 
 
@@ -147,7 +142,7 @@ def finished_rows(out_dir: str | Path, spec: SweepSpec) -> dict[str, TextRow]:
         with path.open(encoding="utf-8", newline="") as stream:
             rows = list(csv.DictReader(stream))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise ValueError(f"{path}: cannot read the sweep table: {_one_line(error)}") from None
+        raise ValueError(f"{path}: cannot read the sweep table: {one_line(error)}") from None
     if rows and not set(HEAD_COLUMNS) <= set(rows[0]):
         raise ValueError(f"{path}: not a sweep table (no {', '.join(HEAD_COLUMNS)} columns); "
                          f"give another --out folder")
@@ -160,7 +155,7 @@ def _outcome(future: Future[Any]) -> Outcome:
     try:
         return future.result()  # type: ignore[no-any-return]
     except Exception as error:  # a worker that died: the point fails, the sweep goes on
-        return {"status": "failed", "error": f"worker: {_one_line(error)}"}
+        return {"status": "failed", "error": f"worker: {one_line(error)}"}
 
 
 def _run_local(base: Scenario, points: list[SweepPoint], folder: str, jobs: int,
@@ -176,22 +171,6 @@ def _run_local(base: Scenario, points: list[SweepPoint], folder: str, jobs: int,
             record(futures[future], _outcome(future))
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _client(address: str) -> Any:
-    """A Dask client of the scheduler at `address`; a one-line error naming it."""
-    from distributed import Client
-    from distributed.comm import get_address_host_port, parse_address
-    from distributed.comm.registry import get_backend
-
-    try:  # a bad address fails before a client exists (a half-made one hangs at exit)
-        scheme = parse_address(address)[0]
-        get_backend(scheme)
-        if scheme != "inproc":
-            get_address_host_port(address)
-        return Client(address, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
-    except (ValueError, OSError) as error:
-        raise ValueError(f"scheduler {address!r}: {_one_line(error)}") from None
 
 
 def _run_dask(base: Scenario, points: list[SweepPoint], folder: str, client: Any,
@@ -216,7 +195,7 @@ def run_sweep(spec: SweepSpec, *, out_dir: str | Path | None = None, jobs: int |
     base = base_scenario(spec)
     folder = Path(out_dir) if out_dir is not None else None
     # The scheduler is reached before anything is written or drawn: a bad address is one line.
-    with _client(scheduler) if scheduler else nullcontext() as client:
+    with dask_client(scheduler) if scheduler else nullcontext() as client:
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
         rows = finished_rows(folder, spec) if folder is not None else {}

@@ -21,6 +21,7 @@ import re
 import signal
 import sys
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import partial
 from multiprocessing import Pool
@@ -323,7 +324,16 @@ def _simulated(row: dict[str, Any], params: CostParams) -> StepMetrics | str:
     """The row's step metrics, or why it cannot run (a ValueError's message: bad plan, no
     fit, unknown name)."""
     try:
-        return run_steady_state(replace(row_scenario(row), params=params))
+        scenario = row_scenario(row)
+    except ValueError as failure:
+        return str(failure)
+    return _steady_or_reason(replace(scenario, params=params))
+
+
+def _steady_or_reason(scenario: Scenario) -> StepMetrics | str:
+    """`run_steady_state`, or a ValueError's message."""
+    try:
+        return run_steady_state(scenario)
     except ValueError as failure:
         return str(failure)
 
@@ -372,17 +382,23 @@ def first_alike(rows: list[dict[str, Any]]) -> list[int]:
 
 
 def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAMS,
-                  jobs: int = 1, progress: bool = False) -> list[RowResult]:
+                  jobs: int = 1, progress: bool = False, client: Any = None) -> list[RowResult]:
     """Every row's result, in the rows' order; rows with the same `scenario_key` (the same
     configuration measured in several containers) share one simulation; `jobs` > 1 runs the
-    simulations in parallel processes; `progress` shows a progress bar on stderr."""
+    simulations in parallel processes, a Dask `client` (simulator.dask_cluster) on its
+    cluster's workers; `progress` shows a progress bar on stderr."""
     first = first_alike(rows)
     alike = Counter(first)
     todo = [index for index in range(len(rows)) if first[index] == index]
     outcomes: dict[int, StepMetrics | str] = {}
     bar = tqdm(total=len(rows), unit="row", disable=not progress, file=sys.stderr)
     with bar:
-        if jobs <= 1:
+        if client is not None:
+            for index, outcome in _on_dask(client, {index: rows[index] for index in todo},
+                                           params):
+                outcomes[index] = outcome
+                bar.update(alike[index])
+        elif jobs <= 1:
             for index in todo:
                 outcomes[index] = _simulated(rows[index], params)
                 bar.update(alike[index])
@@ -395,6 +411,28 @@ def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAM
                     outcomes[index] = outcome
                     bar.update(alike[index])
     return [_result(row, outcomes[first[index]], params) for index, row in enumerate(rows)]
+
+
+def _on_dask(client: Any, rows: dict[int, dict[str, Any]],
+             params: CostParams) -> Iterator[tuple[int, StepMetrics | str]]:
+    """(index, outcome) of each row as the cluster finishes it. Scenarios are built here, so
+    the files that rows name are read here, and travel to the workers whole; leaving early
+    cancels the rows still queued."""
+    from distributed import as_completed as dask_completed
+
+    futures = {}
+    for index, row in rows.items():
+        try:
+            scenario = replace(row_scenario(row), params=params)
+        except ValueError as failure:
+            yield index, str(failure)
+            continue
+        futures[client.submit(_steady_or_reason, scenario, pure=False)] = index
+    try:
+        for future in dask_completed(futures, loop=client.loop):
+            yield futures[future], future.result()
+    finally:
+        client.cancel(list(futures))
 
 
 def _worker_signals() -> None:

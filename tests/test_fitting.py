@@ -361,9 +361,9 @@ def test_a_step_re_simulates_only_the_rows_a_fitted_parameter_touches(tmp_path, 
     rows = _synthetic_rows(tmp_path)
     sizes = []
 
-    def counting(subset, params, jobs=1):
+    def counting(subset, params, jobs=1, client=None):
         sizes.append(len(subset))
-        return validate_rows(subset, params, jobs)
+        return validate_rows(subset, params, jobs, client=client)
     monkeypatch.setattr(fitting, "validate_rows", counting)
     parameter = (FitParameter(key="gemm_efficiency.hopper-fp8", lower=0.2, upper=0.95,
                               meaning="test"),)
@@ -462,3 +462,21 @@ def test_calibration_file_records_the_hash_of_each_file_its_rows_name(tmp_path, 
     recorded = yaml.safe_load((tmp_path / "fit.yaml").read_text())["files_sha256"]
     assert recorded == {"half.yaml": hashlib.sha256(model.read_bytes()).hexdigest(),
                         "gone.yaml": None}
+
+
+def test_a_fit_on_a_dask_cluster_equals_the_local_fit():
+    """`calibrate --scheduler`: the same rows, the same simulations, the same fit."""
+    from distributed import LocalCluster
+
+    from simulator.dask_cluster import dask_client
+
+    rows = read_measurements(FIXTURE)[:2]
+    parameters = tuple(p for p in DEFAULT_FIT if p.key == "gemm_efficiency.hopper-bf16")
+    assert len(parameters) == 1
+    local = fit(rows, parameters, max_evaluations=4)
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        with dask_client(cluster.scheduler_address) as client:
+            on_dask = fit(rows, parameters, max_evaluations=4, client=client)
+    assert on_dask.values == local.values and on_dask.evaluations == local.evaluations
+    assert on_dask.final_objective == local.final_objective

@@ -35,6 +35,31 @@ def test_parallel_jobs_give_the_same_results(results):
     assert validate_rows(read_measurements(FIXTURE), jobs=2) == results
 
 
+def test_a_dask_cluster_gives_the_same_results(
+        results, tmp_path, monkeypatch, capsys):
+    """`--scheduler`: the rows run on the cluster's workers, whose results equal the local
+    ones, a row naming a model file (read here, where the scenario is built) and the row that
+    cannot run included."""
+    from distributed import LocalCluster
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half.yaml").write_text("extends: llama3-8b\nname: llama3-8b-half\n"
+                                        "num_layers: 16\n")
+    rows = read_measurements(FIXTURE)
+    half = {**rows[0], "name": "fixture-half", "model": "half.yaml"}
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                      dashboard_address=None) as cluster:
+        assert main(["validate", str(FIXTURE), "--json",
+                     "--scheduler", cluster.scheduler_address]) == 0
+        from simulator.dask_cluster import dask_client
+        with dask_client(cluster.scheduler_address) as client:
+            on_dask = validate_rows([*rows, half], client=client)
+    assert on_dask[:3] == results
+    assert on_dask[3] == validate_rows([half])[0] and on_dask[3].status == "ok"
+    assert [r["error_pct"] for r in json.loads(capsys.readouterr().out)["rows"]] == [
+        r.error_pct for r in results]
+
+
 def test_rows_that_moesim_simulates_alike_share_one_simulation(results, monkeypatch):
     import simulator.validation as validation
 
@@ -388,6 +413,16 @@ def test_a_selection_that_runs_nothing_gets_one_line_error(one_line_error, selec
     line = one_line_error(["validate", str(FIXTURE), "--only", selection])
     for word in words:
         assert word in line
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_a_bad_scheduler_is_one_line_before_any_work_and_nothing_is_written(
+        one_line_error, tmp_path, command):
+    figure, fit = tmp_path / "v.png", tmp_path / "fit.yaml"
+    outputs = ["--plot", str(figure)] if command == "validate" else ["-o", str(fit)]
+    line = one_line_error([command, str(FIXTURE), *outputs, "--scheduler", "nowhere"])
+    assert "scheduler 'nowhere'" in line and "port" in line, line
+    assert not figure.exists() and not fit.exists()
 
 
 def test_a_report_of_a_row_carries_its_measurement(results, capsys, tmp_path):
