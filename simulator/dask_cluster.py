@@ -9,12 +9,6 @@ from typing import Any
 DASK_CONNECT_TIMEOUT_S = 10
 
 
-def one_line(error: BaseException) -> str:
-    """An exception as one line; other than a ValueError, with its type."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
-
-
 def dask_client(address: str) -> Any:
     """A Dask client of the scheduler at `address` (a context manager: leaving it closes the
     client); a one-line error naming the address."""
@@ -29,4 +23,5 @@ def dask_client(address: str) -> Any:
             get_address_host_port(address)
         return Client(address, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
     except (ValueError, OSError) as error:
-        raise ValueError(f"scheduler {address!r}: {one_line(error)}") from None
+        detail = " ".join(str(error).split()) or type(error).__name__
+        raise ValueError(f"scheduler {address!r}: {detail}") from None
