@@ -31,10 +31,10 @@ from typing import Any
 import pandas as pd
 from tqdm import tqdm
 
-from topologies.systems import SYSTEM_NAMES, SystemSpec, load_system, system_gpu
+from topologies.systems import SystemSpec, load_system, system_gpu
 from workloads.flops import reported_flops_per_token
 from workloads.model_presets import model_preset
-from workloads.model_files import load_model, names_file
+from workloads.model_files import YAML_SUFFIXES, load_model, names_file
 from workloads.models import MODELS, ModelSpec
 from workloads.parallelism import ParallelPlan
 from workloads.recipe_files import load_recipe
@@ -156,8 +156,9 @@ def row_files(rows: list[dict[str, Any]]) -> tuple[str, ...]:
     once, in the order met."""
     named = [row["model"] for row in rows if names_file(row["model"], MODELS)]
     named += [row["release"] for row in rows if names_file(row["release"], RECIPES)]
-    named += [row.get("system", "").strip() for row in rows]
-    return tuple(dict.fromkeys(name for name in named if name and name not in SYSTEM_NAMES))
+    systems = [row.get("system", "").strip() for row in rows]
+    named += [name for name in systems if name.endswith(YAML_SUFFIXES)]
+    return tuple(dict.fromkeys(named))
 
 
 def row_model(row: dict[str, Any]) -> ModelSpec:
