@@ -201,12 +201,15 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
     skip rows when differencing; when unsure, True)."""
     name, _, entry = key.partition(".")
     recipe, gpu = scenario.recipe, system_gpu(scenario.system)
+    eager = recipe.cuda_graphs != "full"  # a full-iteration graph replays without the host
+    if name == "host_launch_s":
+        return eager
     if name == "unbound_host_slowdown":
-        return not recipe.host_numa_bound
+        return eager and not recipe.host_numa_bound
     if name == "grace_host_slowdown":
-        return gpu.host_cpu == "grace"
+        return eager and gpu.host_cpu == "grace"
     if name == "te_host_cleanup_speedup":
-        return recipe.te_host_cleanup
+        return eager and recipe.te_host_cleanup
     if name == "per_tensor_fp8_speedup":
         return runs_per_tensor_fp8(recipe.precision, gpu)
     if name == "schedule_node_host_s":
@@ -218,6 +221,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         if key == "comm_efficiency.deepep-nvlink" and recipe.deepep_nvlink_efficiency is not None:
             return False
         fabric = entry.partition("-")[2]
+        if fabric == "network" and scenario.plan.num_gpus <= scenario.nvlink_domain_gpus:
+            return False  # one NVLink domain holds the whole job: nothing crosses a NIC
         read = nvlink_fabric(scenario.nvlink_domain_gpus)
         if name == "comm_efficiency" and fabric == NVLINK8 and read != NVLINK8:
             return False
@@ -228,6 +233,9 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
             scenario.model.is_moe and recipe.dispatcher == algorithm)
     if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):
         architecture, _, precision = entry.rpartition("-")
+        if name == "grouped_gemm_efficiency" and architecture.partition("-")[0] != FUSED and (
+                not scenario.model.is_moe or fuses_grouped_mlp(recipe)):
+            return False  # no routed experts, or all of them in the fused MLP
         if architecture.partition("-")[0] == FUSED:
             return (name == "grouped_gemm_efficiency" and scenario.model.is_moe
                     and fuses_grouped_mlp(recipe)

@@ -199,15 +199,24 @@ def test_touches_skips_rows_a_parameter_cannot_change():
     assert touches("comm_efficiency.hybridep-nvlink", gb300, DEFAULT_PARAMS)
     assert not touches("comm_efficiency.deepep-nvlink", gb300, DEFAULT_PARAMS)
     assert not touches("unbound_host_slowdown", gb300, DEFAULT_PARAMS)
-    assert touches("host_launch_s", gb300, DEFAULT_PARAMS)
-    assert touches("grace_host_slowdown", gb300, DEFAULT_PARAMS)
+    partial = replace(gb300, recipe=recipe_with(gb300.recipe, cuda_graphs="partial"))
+    for host_key in ("host_launch_s", "grace_host_slowdown"):  # a full graph needs no host
+        assert not touches(host_key, gb300, DEFAULT_PARAMS)
+        assert touches(host_key, partial, DEFAULT_PARAMS)
+    small = replace(gb300, plan=replace(gb300.plan, num_gpus=64, gbs=1024))
+    assert touches("comm_efficiency.nccl-network", gb300, DEFAULT_PARAMS)
+    assert not touches("comm_efficiency.nccl-network", small, DEFAULT_PARAMS)  # one domain
+    dense = replace(partial, model=model_spec("llama3-8b"))
+    assert touches("grouped_gemm_efficiency.fp8", replace(
+        partial, recipe=recipe_with(partial.recipe, fused_grouped_mlp=False)), DEFAULT_PARAMS)
+    assert not touches("grouped_gemm_efficiency.fp8", partial, DEFAULT_PARAMS)  # all fused
+    assert not touches("grouped_gemm_efficiency.fp8", dense, DEFAULT_PARAMS)
     assert touches("comm_efficiency.alltoall-nvlink", replace(
         gb300, recipe=recipe_with(gb300.recipe, dispatcher="alltoall", dispatcher_sms=0)),
         DEFAULT_PARAMS)
     assert not touches("comm_efficiency.alltoall-nvlink", gb300, DEFAULT_PARAMS)
     assert not touches("schedule_node_host_s", gb300, DEFAULT_PARAMS)
-    assert touches("schedule_node_host_s", replace(
-        gb300, recipe=recipe_with(gb300.recipe, cuda_graphs="partial")), DEFAULT_PARAMS)
+    assert touches("schedule_node_host_s", partial, DEFAULT_PARAMS)
     fp8_attention = replace(gb300, recipe=recipe_with(gb300.recipe, fp8_attention=True))
     qwen3 = replace(fp8_attention, model=model_spec("qwen3-30b-a3b"))
     for key, scenario in (("blackwell-ultra-fp8", fp8_attention),
