@@ -35,12 +35,13 @@ def test_parallel_jobs_give_the_same_results(results):
     assert validate_rows(read_measurements(FIXTURE), jobs=2) == results
 
 
-def test_a_dask_cluster_gives_the_same_results(
-        results, tmp_path, monkeypatch, capsys):
+def test_a_dask_cluster_gives_the_same_results(results, tmp_path, monkeypatch, capsys):
     """`--scheduler`: the rows run on the cluster's workers, whose results equal the local
     ones, a row naming a model file (read here, where the scenario is built) and the row that
     cannot run included."""
     from distributed import LocalCluster
+
+    from simulator.dask_cluster import dask_client
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "half.yaml").write_text("extends: llama3-8b\nname: llama3-8b-half\n"
@@ -51,7 +52,6 @@ def test_a_dask_cluster_gives_the_same_results(
                       dashboard_address=None) as cluster:
         assert main(["validate", str(FIXTURE), "--json",
                      "--scheduler", cluster.scheduler_address]) == 0
-        from simulator.dask_cluster import dask_client
         with dask_client(cluster.scheduler_address) as client:
             on_dask = validate_rows([*rows, half], client=client)
     assert on_dask[:3] == results
