@@ -36,6 +36,7 @@ from scipy.optimize import lsq_linear
 
 from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
+from workloads.parallelism import ep_group
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
 from simulator.calibration import (FIRST_PRINCIPLES, FUSED, NVLINK8, CostParams, comm_key,
@@ -223,6 +224,8 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
         fabric = entry.partition("-")[2]
         if fabric == "network" and scenario.plan.num_gpus <= scenario.nvlink_domain_gpus:
             return False  # one NVLink domain holds the whole job: nothing crosses a NIC
+        if fabric == "network" and algorithm in DISPATCHERS and not _ep_spans_domains(scenario):
+            return False  # every expert-parallel group inside one NVLink domain
         read = nvlink_fabric(scenario.nvlink_domain_gpus)
         if name == "comm_efficiency" and fabric == NVLINK8 and read != NVLINK8:
             return False
@@ -255,6 +258,13 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
             return gpu.architecture == architecture
         return f"{gpu.architecture}-{precision}" not in getattr(params, name)
     return True
+
+
+def _ep_spans_domains(scenario: Scenario) -> bool:
+    """Whether some expert-parallel group holds GPUs of two NVLink domains."""
+    domain = scenario.nvlink_domain_gpus
+    return any(len({rank // domain for rank in ep_group(scenario.plan, first)}) > 1
+               for first in range(scenario.plan.num_gpus))
 
 
 def _touched_rows(parameters: tuple[FitParameter, ...], scenarios: list[Scenario | None],

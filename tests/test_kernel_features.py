@@ -206,6 +206,10 @@ def test_touches_skips_rows_a_parameter_cannot_change():
     small = replace(gb300, plan=replace(gb300.plan, num_gpus=64, gbs=1024))
     assert touches("comm_efficiency.nccl-network", gb300, DEFAULT_PARAMS)
     assert not touches("comm_efficiency.nccl-network", small, DEFAULT_PARAMS)  # one domain
+    # EP32 inside the NVL72 recipe's 64-GPU domains; across domains of 16
+    assert not touches("comm_efficiency.hybridep-network", gb300, DEFAULT_PARAMS)
+    assert touches("comm_efficiency.hybridep-network", replace(gb300, domain_size=16),
+                   DEFAULT_PARAMS)
     dense = replace(partial, model=model_spec("llama3-8b"))
     assert touches("grouped_gemm_efficiency.fp8", replace(
         partial, recipe=recipe_with(partial.recipe, fused_grouped_mlp=False)), DEFAULT_PARAMS)
