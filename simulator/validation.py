@@ -76,7 +76,9 @@ VOCABULARY = {"fsdp": ("0", "1"), "a2a_overlap": ("", "0", "1"), "fp8_attention"
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RowResult:
-    """One row's outcome; `status` is "ok" or "failed" (then `reason` says why)."""
+    """One row's outcome; `status` is "ok" or "failed" (then `reason` says why). A row that
+    ran also carries its predicted step and where that step's time went (the `run` summary's
+    breakdown, mean over GPUs), to see which part a miss is in."""
 
     name: str
     gpu: str
@@ -88,6 +90,8 @@ class RowResult:
     measured_tokens_per_s_per_gpu: float | None
     measured_tflops_per_gpu: float | None
     error_pct: float | None
+    predicted_step_time_s: float | None = None
+    predicted_breakdown_s: dict[str, float] | None = None
 
 
 def read_measurements(path: str | Path) -> list[dict[str, Any]]:
@@ -354,7 +358,8 @@ def _result(row: dict[str, Any], outcome: StepMetrics | str, params: CostParams)
     return RowResult(status="ok", reason="",
                      predicted_tokens_per_s_per_gpu=comparison["predicted_tokens_per_s_per_gpu"],
                      predicted_tflops_per_gpu=comparison["predicted_tflops_per_gpu"],
-                     error_pct=comparison["error_pct"], **common)
+                     error_pct=comparison["error_pct"], predicted_step_time_s=outcome.step_time_s,
+                     predicted_breakdown_s=dict(outcome.breakdown_s), **common)
 
 
 def _failed(reason: str, common: dict[str, Any]) -> RowResult:

@@ -143,6 +143,20 @@ def test_validate_command_json_and_plot(tmp_path, capsys):
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_a_row_that_ran_carries_its_step_and_where_the_time_went(results):
+    """The predicted step's breakdown adds up to the step, and the step to the throughput (the
+    global batch's tokens over the GPUs and the step); a failed row has neither."""
+    rows = read_measurements(FIXTURE)
+    for row, result in zip(rows, results):
+        if result.status != "ok":
+            assert result.predicted_step_time_s is None and result.predicted_breakdown_s is None
+            continue
+        step_s = result.predicted_step_time_s
+        assert sum(result.predicted_breakdown_s.values()) == pytest.approx(step_s, rel=1e-6)
+        tokens = int(row["gbs"]) * int(row["seq_len"]) / int(row["num_gpus"])
+        assert result.predicted_tokens_per_s_per_gpu == pytest.approx(tokens / step_s)
+
+
 @pytest.mark.parametrize("name, magic", [("validation.svg", b"<?xml"), ("validation.PDF", b"%PDF")])
 def test_the_plot_takes_the_format_its_extension_names(tmp_path, capsys, name, magic):
     plot = tmp_path / name
