@@ -119,9 +119,9 @@ DEFAULT_FIT: tuple[FitParameter, ...] = (
 )
 
 # Parameters `--parameters` can name beyond the default set: the fused grouped MLP's rate per
-# GPU architecture (cuDNN's kernels run 1.15x as fast on Blackwell Ultra at the same peak;
-# the shipped rows do not support a difference, README "Accuracy"), and DeepEP's rate inside
-# an 8-GPU baseboard, measured (CostParams.comm_efficiency) and informed by a few rows only.
+# GPU architecture (cuDNN's kernels run 1.15x as fast on Blackwell Ultra at the same peak; the
+# shipped rows do not support a difference, docs/calibration-history.md), and DeepEP's rate
+# inside an 8-GPU baseboard, measured (CostParams.comm_efficiency) and informed by a few rows.
 OPTIONAL_FIT: tuple[FitParameter, ...] = (
     FitParameter(key="grouped_gemm_efficiency.fused-blackwell-fp8", lower=0.2, upper=0.95,
                  meaning=FUSED_MLP.format("Blackwell")),

@@ -530,8 +530,9 @@ class _Step:
         # The host waits for the dispatch before it launches the experts (no dispatch task,
         # and so no wait, when the expert-parallel group is one GPU). Megatron reads the token
         # counts earlier, before the tokens move (`before_ep_alltoall`, DeepEP's notify), but
-        # a wait there fits the measured runs worse (README, "Accuracy"): this one also stands
-        # for a cost of eager MoE layers that moesim does not otherwise model.
+        # a wait there fits the measured runs worse (docs/accuracy.md, "The rows that miss"):
+        # this one also stands for a cost of eager MoE layers that moesim does not otherwise
+        # model.
         sync = (dispatch != router and self.recipe.cuda_graphs != "full"
                 and not static_expert_shapes(self.recipe))
         if where == "with_experts":
