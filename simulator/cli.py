@@ -29,7 +29,6 @@ import json
 import signal
 import sys
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Sequence
@@ -55,7 +54,7 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    params_value, params_with, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
                                calibration_document, fit)
-from simulator.dask_cluster import dask_client
+from simulator.dask_cluster import optional_dask_client
 from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
@@ -341,7 +340,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     first_principles = {p.key: params_value(FIRST_PRINCIPLES, p.key) for p in reset}
     for key, value in first_principles.items():
         base = params_with(base, key, value)
-    with dask_client(args.scheduler) if args.scheduler else nullcontext() as client:
+    with optional_dask_client(args.scheduler) as client:
         result = _fit_until_stopped(rows, parameters, base, args, loss, progress, client)
         fitted_keys = {p.key for p in parameters}
         carried = args.start or args.rerun
@@ -442,7 +441,7 @@ def _validate(args: argparse.Namespace) -> int:
     scenarios = [replace(scenario, params=params)
                  for scenario in map(scenario_or_none, measurements) if scenario is not None]
     note_unused_calibration(args.settings, scenarios, "any row")
-    with dask_client(args.scheduler) if args.scheduler else nullcontext() as client:
+    with optional_dask_client(args.scheduler) as client:
         results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json,
                                 client=client)
     rows = [asdict(r) for r in results]

@@ -4,6 +4,7 @@ installed; the scenarios travel to them whole, so files the inputs name are read
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 DASK_CONNECT_TIMEOUT_S = 10
@@ -25,3 +26,8 @@ def dask_client(address: str) -> Any:
     except (ValueError, OSError) as error:
         detail = " ".join(str(error).split()) or type(error).__name__
         raise ValueError(f"scheduler {address!r}: {detail}") from None
+
+
+def optional_dask_client(address: str | None) -> AbstractContextManager[Any]:
+    """`dask_client(address)`, or, without an address, a context that gives None (run here)."""
+    return dask_client(address) if address else nullcontext()

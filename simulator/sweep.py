@@ -23,7 +23,6 @@ import io
 import os
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from tqdm import tqdm
 
 from reports.files import write_text
 from reports.sweep_charts import write_sweep_charts
-from simulator.dask_cluster import dask_client
+from simulator.dask_cluster import optional_dask_client
 from simulator.results import result_document
 from simulator.scenario import Scenario, run_scenario
 from simulator.sweep_spec import SweepPoint, SweepSpec, base_scenario, scenario_with, setting_text
@@ -200,7 +199,7 @@ def run_sweep(spec: SweepSpec, *, out_dir: str | Path | None = None, jobs: int |
     base = base_scenario(spec)
     folder = Path(out_dir) if out_dir is not None else None
     # The scheduler is reached before anything is written or drawn: a bad address is one line.
-    with dask_client(scheduler) if scheduler else nullcontext() as client:
+    with optional_dask_client(scheduler) as client:
         if folder is not None:
             folder.mkdir(parents=True, exist_ok=True)
         rows = finished_rows(folder, spec) if folder is not None else {}

@@ -325,14 +325,20 @@ def scenario_key(row: dict[str, Any]) -> str:
     return repr(replace(scenario, recipe=replace(scenario.recipe, name="")))
 
 
+def _built(row: dict[str, Any], params: CostParams) -> Scenario | str:
+    """The row's scenario under `params`, or why it cannot be built (a ValueError's message:
+    bad plan, unknown name, a file that cannot be read)."""
+    try:
+        return replace(row_scenario(row), params=params)
+    except ValueError as failure:
+        return str(failure)
+
+
 def _simulated(row: dict[str, Any], params: CostParams) -> StepMetrics | str:
     """The row's step metrics, or why it cannot run (a ValueError's message: bad plan, no
     fit, unknown name)."""
-    try:
-        scenario = row_scenario(row)
-    except ValueError as failure:
-        return str(failure)
-    return _steady_or_reason(replace(scenario, params=params))
+    scenario = _built(row, params)
+    return scenario if isinstance(scenario, str) else _steady_or_reason(scenario)
 
 
 def _steady_or_reason(scenario: Scenario) -> StepMetrics | str:
@@ -428,12 +434,11 @@ def _on_dask(client: Any, rows: dict[int, dict[str, Any]],
 
     futures = {}
     for index, row in rows.items():
-        try:
-            scenario = replace(row_scenario(row), params=params)
-        except ValueError as failure:
-            yield index, str(failure)
-            continue
-        futures[client.submit(_steady_or_reason, scenario, pure=False)] = index
+        scenario = _built(row, params)
+        if isinstance(scenario, str):
+            yield index, scenario
+        else:
+            futures[client.submit(_steady_or_reason, scenario, pure=False)] = index
     try:
         for future in dask_completed(futures, loop=client.loop):
             yield futures[future], future.result()
