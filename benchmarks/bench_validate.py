@@ -16,7 +16,8 @@ import heapq
 import time
 from pathlib import Path
 
-from simulator.validation import first_alike, read_measurements, validate_row
+from simulator.validation import (built_scenarios, first_alike, read_measurements,
+                                  validate_row)
 
 DEFAULT_FILE = Path(__file__).resolve().parents[2] / "shared" / "data" / "calibration.csv"
 
@@ -43,7 +44,8 @@ def main() -> None:
     except ValueError as error:
         options.error(str(error))
     timed: list[tuple[float, str]] = []
-    simulated = [row for index, row in zip(first_alike(rows), rows) if row is rows[index]]
+    first = first_alike(built_scenarios(rows))
+    simulated = [row for index, row in zip(first, rows) if row is rows[index]]
     for row in simulated:
         start = time.perf_counter()
         validate_row(row)

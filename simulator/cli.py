@@ -29,7 +29,7 @@ import json
 import signal
 import sys
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -60,7 +60,7 @@ from simulator.ladders import ladders
 from simulator.overrides import calibration_settings
 from simulator.repeats import repeats
 from simulator.uncertainty import CORRELATED, Spread
-from simulator.validation import (RowResult, read_measurements, row_files, scenario_or_none,
+from simulator.validation import (RowResult, built_scenarios, read_measurements, row_files,
                                   summarize, validate_rows)
 
 SHOW_SUBJECTS = ("system",)
@@ -438,8 +438,8 @@ def _validate(args: argparse.Namespace) -> int:
         args.settings)
     measurements = _only(read_measurements(args.csv), args.only)
     by = _by_columns(args.by, measurements)
-    scenarios = [replace(scenario, params=params)
-                 for scenario in map(scenario_or_none, measurements) if scenario is not None]
+    scenarios = [scenario for scenario in built_scenarios(measurements, params)
+                 if not isinstance(scenario, str)]
     note_unused_calibration(args.settings, scenarios, "any row")
     with optional_dask_client(args.scheduler) as client:
         results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json,

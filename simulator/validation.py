@@ -23,7 +23,6 @@ import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from functools import partial
 from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
@@ -321,44 +320,56 @@ def scenario_or_none(row: dict[str, Any]) -> Scenario | None:
 def scenario_key(row: dict[str, Any]) -> str:
     """What moesim simulates for `row`, without the name of the row's recipe (which no part of
     the simulation reads): rows with equal keys get the same step."""
-    scenario = row_scenario(row)
+    return _key(row_scenario(row))
+
+
+def _key(scenario: Scenario) -> str:
     return repr(replace(scenario, recipe=replace(scenario.recipe, name="")))
 
 
-def _built(row: dict[str, Any], params: CostParams) -> Scenario | str:
-    """The row's scenario under `params`, or why it cannot be built (a ValueError's message:
-    bad plan, unknown name, a file that cannot be read)."""
+def built_scenarios(rows: list[dict[str, Any]],
+                    params: CostParams = DEFAULT_PARAMS) -> list[Scenario | str]:
+    """Each row's scenario under `params`, or why it cannot be built (a ValueError's message:
+    bad plan, unknown name, a file that cannot be read); each row's files are read once."""
+    built: list[Scenario | str] = []
+    for row in rows:
+        try:
+            built.append(replace(row_scenario(row), params=params))
+        except ValueError as failure:
+            built.append(str(failure))
+    return built
+
+
+def first_alike(built: list[Scenario | str]) -> list[int]:
+    """For each of `built_scenarios` the index of the first with its key (`scenario_key`); its
+    own index where it could not be built."""
+    first: dict[str, int] = {}
+    return [index if isinstance(scenario, str) else first.setdefault(_key(scenario), index)
+            for index, scenario in enumerate(built)]
+
+
+def _steady_or_reason(built: Scenario | str) -> StepMetrics | str:
+    """`run_steady_state` of a built scenario, or why it cannot run (its build's reason, or a
+    ValueError's message: no fit for the plan)."""
+    if isinstance(built, str):
+        return built
     try:
-        return replace(row_scenario(row), params=params)
+        return run_steady_state(built)
     except ValueError as failure:
         return str(failure)
 
 
-def _simulated(row: dict[str, Any], params: CostParams) -> StepMetrics | str:
-    """The row's step metrics, or why it cannot run (a ValueError's message: bad plan, no
-    fit, unknown name)."""
-    scenario = _built(row, params)
-    return scenario if isinstance(scenario, str) else _steady_or_reason(scenario)
-
-
-def _steady_or_reason(scenario: Scenario) -> StepMetrics | str:
-    """`run_steady_state`, or a ValueError's message."""
-    try:
-        return run_steady_state(scenario)
-    except ValueError as failure:
-        return str(failure)
-
-
-def _result(row: dict[str, Any], outcome: StepMetrics | str, params: CostParams) -> RowResult:
-    """The row's result from its simulated step (`_simulated`)."""
+def _result(row: dict[str, Any], built: Scenario | str,
+            outcome: StepMetrics | str) -> RowResult:
+    """The row's result from its scenario and its simulated step (`_steady_or_reason`)."""
     tokens, tflops = _measured(row)
     common = dict(name=row["name"], gpu=row["gpu"], model=row["model"],
                   measured_tokens_per_s_per_gpu=tokens, measured_tflops_per_gpu=tflops)
     if isinstance(outcome, str):
         return _failed(outcome, common)
+    assert not isinstance(built, str)
     try:
-        scenario = replace(row_scenario(row), params=params)
-        comparison = row_comparison(row, scenario, outcome.tokens_per_s_per_gpu)
+        comparison = row_comparison(row, built, outcome.tokens_per_s_per_gpu)
     except ValueError as failure:
         return _failed(str(failure), common)
     return RowResult(status="ok", reason="",
@@ -375,22 +386,8 @@ def _failed(reason: str, common: dict[str, Any]) -> RowResult:
 
 def validate_row(row: dict[str, Any], params: CostParams = DEFAULT_PARAMS) -> RowResult:
     """Run one row; a row that cannot run becomes a failed row with the reason."""
-    return _result(row, _simulated(row, params), params)
-
-
-def first_alike(rows: list[dict[str, Any]]) -> list[int]:
-    """For each row the index of the first row with its `scenario_key` (its own index where
-    its scenario cannot be built)."""
-    first: dict[str, int] = {}
-    indices = []
-    for index, row in enumerate(rows):
-        try:
-            key = scenario_key(row)
-        except ValueError:
-            indices.append(index)
-            continue
-        indices.append(first.setdefault(key, index))
-    return indices
+    [built] = built_scenarios([row], params)
+    return _result(row, built, _steady_or_reason(built))
 
 
 def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAMS,
@@ -398,43 +395,45 @@ def validate_rows(rows: list[dict[str, Any]], params: CostParams = DEFAULT_PARAM
     """Every row's result, in the rows' order; rows with the same `scenario_key` (the same
     configuration measured in several containers) share one simulation; `jobs` > 1 runs the
     simulations in parallel processes, a Dask `client` (simulator.dask_cluster) on its
-    cluster's workers; `progress` shows a progress bar on stderr."""
-    first = first_alike(rows)
+    cluster's workers; `progress` shows a progress bar on stderr. Each row's scenario is built
+    here, once, so the files that rows name are read here and the scenarios travel whole."""
+    built = built_scenarios(rows, params)
+    first = first_alike(built)
     alike = Counter(first)
-    todo = [index for index in range(len(rows)) if first[index] == index]
+    todo = {index: built[index] for index in range(len(rows)) if first[index] == index}
     outcomes: dict[int, StepMetrics | str] = {}
     bar = tqdm(total=len(rows), unit="row", disable=not progress, file=sys.stderr)
     with bar:
-        if client is not None:
-            for index, outcome in _on_dask(client, {index: rows[index] for index in todo},
-                                           params):
-                outcomes[index] = outcome
-                bar.update(alike[index])
-        elif jobs <= 1:
-            for index in todo:
-                outcomes[index] = _simulated(rows[index], params)
-                bar.update(alike[index])
-        else:
-            # Leaving the block terminates the workers: an interrupt stops the rows in flight.
-            with Pool(processes=jobs, initializer=_worker_signals) as pool:
-                for index, outcome in pool.imap_unordered(
-                        partial(_simulated_indexed, params=params),
-                        [(index, rows[index]) for index in todo]):
-                    outcomes[index] = outcome
-                    bar.update(alike[index])
-    return [_result(row, outcomes[first[index]], params) for index, row in enumerate(rows)]
+        for index, outcome in _outcomes(todo, jobs, client):
+            outcomes[index] = outcome
+            bar.update(alike[index])
+    return [_result(row, built[index], outcomes[first[index]])
+            for index, row in enumerate(rows)]
 
 
-def _on_dask(client: Any, rows: dict[int, dict[str, Any]],
-             params: CostParams) -> Iterator[tuple[int, StepMetrics | str]]:
-    """(index, outcome) of each row as the cluster finishes it. Scenarios are built here, so
-    the files that rows name are read here, and travel to the workers whole; leaving early
-    cancels the rows still queued."""
+def _outcomes(todo: dict[int, Scenario | str], jobs: int,
+              client: Any) -> Iterator[tuple[int, StepMetrics | str]]:
+    """(index, outcome) of each scenario of `todo` as it finishes: on a Dask `client`'s
+    cluster, in `jobs` local processes, or here one after another."""
+    if client is not None:
+        yield from _on_dask(client, todo)
+    elif jobs <= 1:
+        for index, scenario in todo.items():
+            yield index, _steady_or_reason(scenario)
+    else:
+        # Leaving the block terminates the workers: an interrupt stops the rows in flight.
+        with Pool(processes=jobs, initializer=_worker_signals) as pool:
+            yield from pool.imap_unordered(_steady_indexed, todo.items())
+
+
+def _on_dask(client: Any, todo: dict[int, Scenario | str]
+             ) -> Iterator[tuple[int, StepMetrics | str]]:
+    """(index, outcome) of each scenario as the cluster finishes it; leaving early cancels the
+    rows still queued."""
     from distributed import as_completed as dask_completed
 
     futures = {}
-    for index, row in rows.items():
-        scenario = _built(row, params)
+    for index, scenario in todo.items():
         if isinstance(scenario, str):
             yield index, scenario
         else:
@@ -453,10 +452,9 @@ def _worker_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _simulated_indexed(item: tuple[int, dict[str, Any]],
-                       params: CostParams) -> tuple[int, StepMetrics | str]:
-    index, row = item
-    return index, _simulated(row, params)
+def _steady_indexed(item: tuple[int, Scenario | str]) -> tuple[int, StepMetrics | str]:
+    index, scenario = item
+    return index, _steady_or_reason(scenario)
 
 
 def error_stats(errors: list[float]) -> dict[str, float | None]:
