@@ -98,7 +98,7 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
     try:
         frame = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read as CSV ({error})") from None
+        raise ValueError(f"{path}: cannot read as CSV ({' '.join(str(error).split())})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")

@@ -219,6 +219,7 @@ def _first_row_with(column: str, value: str) -> str:
     (_first_row_with("routing", "weird"), ["line 2", "routing='weird'", "'tokendrop'"]),
     (_first_row_with("name", ""), ["line 2", "name is empty"]),
     ("", ["bad.csv", "cannot read as CSV"]),
+    ("a,b\n1,2\n3,4,5,6\n", ["bad.csv", "cannot read as CSV", "Expected 2 fields"]),
     (FIXTURE.read_text().splitlines()[0] + "\n", ["bad.csv", "no rows under the header"]),
 ])
 def test_malformed_csv_gets_one_line_error(tmp_path, capsys, text, words):
