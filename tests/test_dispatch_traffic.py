@@ -11,6 +11,7 @@ B / 8 to every other rank, across domains too.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from math import comb
 
 import pytest
@@ -19,8 +20,11 @@ from simulator.calibration import CostParams, params_value
 from simulator.collectives import CollectivePlanner
 from topologies.builders import build_topology
 from topologies.systems import load_system
-from workloads.routing import expected_destinations
-from workloads.graph import Collective, Op
+from workloads.parallelism import ParallelPlan
+from workloads.recipes import recipe, recipe_with
+from workloads.routing import FP8_DISPATCH_BYTES_PER_ELEMENT, expected_destinations
+from workloads.graph import Collective, Lane, Op
+from workloads.step import StepSpec, build_step
 
 B = 1e9
 PERFECT = CostParams(comm_efficiency={"hybridep-nvlink": 1.0, "hybridep-network": 1.0,
@@ -111,3 +115,44 @@ def test_without_an_nvlink8_entry_the_nvlink_one_is_read():
     assert rack_only.comm("deepep", "nvlink8") == 0.25
     assert params_value(rack_only, "comm_efficiency.deepep-nvlink8") == 0.25
     assert params_value(BOARD, "comm_efficiency.deepep-nvlink8") == 0.5
+
+
+def _ep_bytes(model, dispatcher: str, **changes) -> dict[tuple[str, str], set[float]]:
+    """The bytes of the step's EP all-to-alls by (phase, dispatch or combine)."""
+    sms = {"hybridep": 32, "deepep": 24, "alltoall": 0}[dispatcher]
+    recipe_ = recipe_with(recipe("mbridge-26.06"), dispatcher=dispatcher, dispatcher_sms=sms,
+                          **changes)
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, ep=8)
+    graph = build_step(StepSpec(model=model, plan=plan, recipe=recipe_))
+    found: dict[tuple[str, str], set[float]] = {}
+    for task in graph.tasks:
+        if task.lane is Lane.EP:
+            phase = task.name.split("/")[1][0]
+            found.setdefault((phase, task.name.rsplit(".", 1)[1]), set()).add(
+                task.collective.bytes_per_rank)
+    return found
+
+
+@pytest.mark.parametrize(("dispatcher", "rate"), [("hybridep", 539 / 642), ("deepep", 1.0)])
+def test_fp8_dispatch_sends_fp8_to_the_experts_and_bf16_back(small_moe, dispatcher, rate):
+    """DeepSeek-V3's FP8 dispatch: the forward dispatch and the backward's gradient for the
+    experts (the backward of the combine) travel as FP8 with a scale per 32 elements, at the
+    kernel's FP8 rate; the forward combine and the backward of the dispatch stay BF16."""
+    bf16 = _ep_bytes(small_moe, dispatcher)
+    fp8 = _ep_bytes(small_moe, dispatcher, fp8_dispatch=True)
+    assert set(fp8) == {("F", "dispatch"), ("F", "combine"), ("B", "dispatch"), ("B", "combine")}
+    for key, (value,) in bf16.items():
+        to_experts = key in (("F", "dispatch"), ("B", "combine"))
+        share = FP8_DISPATCH_BYTES_PER_ELEMENT / 2 / rate if to_experts else 1.0
+        (sent,) = fp8[key]
+        assert sent == pytest.approx(value * share)
+
+
+def test_fp8_dispatch_needs_a_dispatcher_that_takes_fp8_tokens():
+    with pytest.raises(ValueError, match="fp8_dispatch=True: needs dispatcher 'deepep' or "
+                                         "'hybridep'.*dispatcher='alltoall'"):
+        replace(recipe("deepseek-2024"), dispatcher="alltoall", dispatcher_sms=0)
+    assert recipe("deepseek-2024").fp8_dispatch
+    nccl = recipe_with(recipe("deepseek-2024"), dispatcher="alltoall", dispatcher_sms=0)
+    assert not nccl.fp8_dispatch
+    assert not recipe_with(recipe("deepseek-2024"), precision="bf16").fp8_dispatch

@@ -20,8 +20,9 @@ from typing import Any
 from workloads.schedules import SCHEDULES
 
 PRECISIONS = ("bf16", "fp8-cs", "fp8-blockwise", "mxfp8", "nvfp4")
-# Switches that only a run in FP8/FP4 has: attention and the parameter all-gather in FP8.
-FP8_ONLY_FIELDS = ("fp8_attention", "fp8_param_gather")
+# Switches that only a run in FP8/FP4 has: attention, the parameter all-gather and the MoE
+# dispatch in FP8.
+FP8_ONLY_FIELDS = ("fp8_attention", "fp8_param_gather", "fp8_dispatch")
 # Microscaling formats: their per-block scales need Blackwell's tensor cores (Hopper has none).
 BLOCK_SCALED_PRECISIONS = ("mxfp8", "nvfp4")
 DISPATCHERS = ("alltoall", "allgather", "deepep", "hybridep")
@@ -50,6 +51,10 @@ class Recipe:
         per-expert counts on the device and skip the rest of the buffer).
     grad_reduce_dtype_bytes: bytes per gradient element in the grad buffer and its reduction.
     fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
+    fp8_dispatch: the EP all-to-all sends tokens to their experts in FP8 (forward dispatch and
+        the activation gradient the backward sends to the experts); what comes back stays BF16
+        (DeepSeek-V3 report §3.3.2). DeepEP's and HybridEP's kernels take FP8 tokens, not NCCL's
+        all-to-all as Megatron calls it (workloads.routing.dispatch_payload_bytes).
     tp_comm_overlap: --tp-comm-overlap (TE userbuffers, needs TP >= 2 and sequence parallelism):
         each sequence-parallel all-gather and reduce-scatter is split into TP chunks pipelined
         with the GEMM it feeds or drains, so it runs beside that GEMM instead of before or
@@ -110,6 +115,7 @@ class Recipe:
     rank_capacity_factor: float | None = None
     grad_reduce_dtype_bytes: int = 4
     fp8_param_gather: bool = False
+    fp8_dispatch: bool = False
     tp_comm_overlap: bool = False
     optimizer_state_bytes_per_param: float = 12.0
     nccl_nvls: bool = True
@@ -207,6 +213,9 @@ def _check_compatibility(r: Recipe) -> None:
     for field in FP8_ONLY_FIELDS:
         if getattr(r, field) and r.precision == "bf16":
             raise ValueError(f"{field}=True: needs an FP8/FP4 precision, not precision='bf16'")
+    if r.fp8_dispatch and r.dispatcher in NCCL_DISPATCHERS:
+        raise ValueError(f"fp8_dispatch=True: needs dispatcher 'deepep' or 'hybridep', whose "
+                         f"kernels take FP8 tokens, not dispatcher={r.dispatcher!r}")
 
 
 # DeepEP's EP32 port to GB200's multi-node NVLink before NVIDIA tuned it reached about 400 GB/s
@@ -363,10 +372,10 @@ _RELEASES = (
     # run as DualPipeV on the same ranks (the same bubble and overlap, DeepSeek-V3 report
     # §3.2.1 and the DualPipe README; one copy of the parameters where DualPipe holds two, so
     # memory counts one stage's parameters fewer), DeepEP-style kernels on 20 SMs, FP8
-    # blockwise, BF16 moments, recompute of RMSNorm and MLA up-projections; ZeRO-1 data
-    # parallelism.
+    # blockwise with the dispatch in FP8 (§3.3.2), BF16 moments, recompute of RMSNorm and
+    # MLA up-projections; ZeRO-1 data parallelism.
     replace(_MEGATRON_DEFAULTS, name="deepseek-2024", precision="fp8-blockwise",
-            dispatcher="deepep", dispatcher_sms=20, a2a_overlap=True,
+            dispatcher="deepep", dispatcher_sms=20, a2a_overlap=True, fp8_dispatch=True,
             pipeline_schedule="dualpipev",
             recompute_modules=("mla_up_proj", "layernorm"), optimizer_state_bytes_per_param=8.0,
             grad_reduce_dtype_bytes=4),
@@ -423,13 +432,16 @@ def recipe(name: str) -> Recipe:
 
 def recipe_with(base: Recipe, **changes: Any) -> Recipe:
     """A copy of `base` with `changes` applied and validated. A change to BF16 turns off the
-    switches that only an FP8/FP4 run has (FP8_ONLY_FIELDS) unless `changes` sets them."""
+    switches that only an FP8/FP4 run has (FP8_ONLY_FIELDS), and a change to an NCCL
+    dispatcher FP8 dispatch, unless `changes` sets them."""
     known = [f.name for f in fields(Recipe)]
     for field in changes:
         if field not in known:
             raise ValueError(f"field={field!r}: unknown recipe field; known: {', '.join(known)}")
     if changes.get("precision") == "bf16":
         changes = {**{field: False for field in FP8_ONLY_FIELDS}, **changes}
+    if changes.get("dispatcher") in NCCL_DISPATCHERS:
+        changes = {"fp8_dispatch": False, **changes}
     return replace(base, **changes)
 
 

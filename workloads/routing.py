@@ -1,6 +1,7 @@
 """Where a token's copies go under expert parallelism: how many distinct ranks (or NVLink
 domains) hold its top-k experts, which decides what a deduplicating dispatcher (DeepEP,
-HybridEP) sends; NCCL's all-to-all sends one copy per token-expert pair.
+HybridEP) sends; NCCL's all-to-all sends one copy per token-expert pair. And how many bytes
+each copy weighs: BF16, or FP8 on the way to the experts with FP8 dispatch.
 
 The benchmark runs force-balanced routing (random logits through the router's top-k), so a
 token's experts are uniform, within the groups that group-limited routing chose uniformly.
@@ -13,7 +14,21 @@ from math import comb
 
 from workloads.models import ModelSpec
 from workloads.parallelism import ParallelPlan
+from workloads.blocks import BF16_BYTES
 from workloads.recipes import NCCL_DISPATCHERS, Recipe
+
+# FP8 dispatch (Recipe.fp8_dispatch; DeepSeek-V3 report §3.3.2, research/deepseek-v3-and-
+# flops.md §1): a token goes to its experts as FP8, a byte an element, with a scale per block
+# of 128 elements (DeepSeek's 1x128 tiles, FP32: 4 bytes) or of 32 (MXFP8, E8M0: 1 byte), a
+# 32nd of a byte an element either way.
+FP8_DISPATCH_BYTES_PER_ELEMENT = 1 + 1 / 32
+# The share of its BF16 rate at which a dispatcher's kernel sends FP8 tokens. HybridEP's
+# dispatch: 539 against 642 GB/s of algorithm bandwidth (GB200 NVL72, EP32, 4,096 tokens of
+# hidden 7,168, top-8, 32 SMs; DeepEP's hybrid-ep branch, docs/README_Hybrid-EP.md, in
+# research/hardware-and-recipes.md). DeepEP's normal kernels dispatch FP8 at the bottleneck
+# bandwidth they combine BF16 at (H800: 153 / 158 GB/s over NVLink; 43 / 43, 58 / 57 and
+# 51 / 50 GB/s over RDMA at EP16, 32 and 64; DeepEP docs/legacy.md): the same rate.
+FP8_DISPATCH_RATE = {"hybridep": 539 / 642, "deepep": 1.0}
 
 
 def expected_destinations(experts: int, topk: int, holders: int, groups: int = 1,
@@ -58,3 +73,13 @@ def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Reci
         return float(model.moe_router_topk)
     experts, topk, groups, chosen = routing_of(model)
     return expected_destinations(experts, topk, plan.ep, groups, chosen)
+
+
+def dispatch_payload_bytes(recipe: Recipe, to_experts: bool) -> float:
+    """Bytes an EP all-to-all moves per element of a token's copy: BF16's 2, or with FP8
+    dispatch, towards the experts (the forward dispatch, the backward's gradient for the
+    experts' down-projection), FP8 with its scales, counted at 1/rate of the dispatcher's
+    FP8 rate (as a flow at efficiency e needs 1/e of the line-rate time)."""
+    if not (recipe.fp8_dispatch and to_experts):
+        return float(BF16_BYTES)
+    return FP8_DISPATCH_BYTES_PER_ELEMENT / FP8_DISPATCH_RATE[recipe.dispatcher]

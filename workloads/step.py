@@ -49,7 +49,7 @@ from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_
 from workloads.position_classes import position_classes
 from workloads.recipes import (NCCL_DISPATCHERS, Recipe, host_runs_schedule_nodes,
                                static_expert_shapes)
-from workloads.routing import dispatch_copies_per_token, routing_of
+from workloads.routing import dispatch_copies_per_token, dispatch_payload_bytes, routing_of
 from workloads.schedules import (LAYER_PHASES, Segments, Unit, chunk_stages, drain, interleave,
                                  rank_of_stage, rank_schedule)
 from workloads.step_params import chunk_params, rank_params
@@ -104,9 +104,9 @@ class _Step:
         self.mlp = blk.dense_mlp_block(self.model, self.plan, self.recipe)
         self.heads = blk.head_blocks(self.model, self.plan, self.recipe)
         self.tokens = blk.tokens_per_gpu(self.plan)
-        self.dispatch_bytes = (self.tokens * self.model.hidden_size * blk.BF16_BYTES
-                               * dispatch_copies_per_token(self.model, self.plan, self.recipe)
-                               if self.model.is_moe else 0.0)
+        self.dispatch_elements = (self.tokens * self.model.hidden_size
+                                  * dispatch_copies_per_token(self.model, self.plan, self.recipe)
+                                  if self.model.is_moe else 0.0)
         self.expert_routing = (None if self.recipe.dispatcher in NCCL_DISPATCHERS
                                else routing_of(self.model))
         self._parts: dict[tuple[str, int], dict[tuple[int, ...], _Part]] = {}
@@ -595,11 +595,11 @@ class _Step:
 
     def _a2a(self, rank: int, unit: Unit, name: str, after: tuple[str, ...]) -> str:
         dispatcher = self.recipe.dispatcher
-        nbytes = self.dispatch_bytes
+        to_experts = name.endswith("dispatch") == (unit.phase == "F")
+        nbytes = self.dispatch_elements * dispatch_payload_bytes(self.recipe, to_experts)
         op = Op.ALL_TO_ALL
         if dispatcher == "allgather":
-            op = Op.ALL_GATHER if name.endswith("dispatch") == (unit.phase == "F") \
-                else Op.REDUCE_SCATTER
+            op = Op.ALL_GATHER if to_experts else Op.REDUCE_SCATTER
             nbytes = self.tokens * self.plan.ep * self.model.hidden_size * blk.BF16_BYTES
         collective = self._collective(
             op, "ep", rank, name.split("/", 1)[1], nbytes, dispatcher, self.recipe.dispatcher_sms,
