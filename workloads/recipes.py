@@ -53,8 +53,8 @@ class Recipe:
     fp8_param_gather: the DP all-gather of parameters moves FP8 weights.
     fp8_dispatch: the EP all-to-all sends tokens to their experts in FP8 (forward dispatch and
         the activation gradient the backward sends to the experts); what comes back stays BF16
-        (DeepSeek-V3 report §3.3.2). DeepEP's and HybridEP's kernels take FP8 tokens, not NCCL's
-        all-to-all as Megatron calls it (workloads.routing.dispatch_payload_bytes).
+        (DeepSeek-V3 report §3.3.2). Only DeepEP's and HybridEP's kernels take FP8 tokens
+        (workloads.routing.dispatch_payload_bytes).
     tp_comm_overlap: --tp-comm-overlap (TE userbuffers, needs TP >= 2 and sequence parallelism):
         each sequence-parallel all-gather and reduce-scatter is split into TP chunks pipelined
         with the GEMM it feeds or drains, so it runs beside that GEMM instead of before or

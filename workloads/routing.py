@@ -78,8 +78,9 @@ def dispatch_copies_per_token(model: ModelSpec, plan: ParallelPlan, recipe: Reci
 def dispatch_payload_bytes(recipe: Recipe, to_experts: bool) -> float:
     """Bytes an EP all-to-all moves per element of a token's copy: BF16's 2, or with FP8
     dispatch, towards the experts (the forward dispatch, the backward's gradient for the
-    experts' down-projection), FP8 with its scales, counted at 1/rate of the dispatcher's
-    FP8 rate (as a flow at efficiency e needs 1/e of the line-rate time)."""
+    experts' down-projection), FP8 with its scales divided by the share of its BF16 rate that
+    the dispatcher's kernel reaches in FP8 (a flow at efficiency e needs 1/e of the line-rate
+    time, simulator.collectives)."""
     if not (recipe.fp8_dispatch and to_experts):
         return float(BF16_BYTES)
     return FP8_DISPATCH_BYTES_PER_ELEMENT / FP8_DISPATCH_RATE[recipe.dispatcher]
