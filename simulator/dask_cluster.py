@@ -7,6 +7,8 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
+from simulator.errors import one_line
+
 DASK_CONNECT_TIMEOUT_S = 10
 
 
@@ -24,8 +26,7 @@ def dask_client(address: str) -> Any:
             get_address_host_port(address)
         return Client(address, timeout=DASK_CONNECT_TIMEOUT_S, set_as_default=False)
     except (ValueError, OSError) as error:
-        detail = " ".join(str(error).split()) or type(error).__name__
-        raise ValueError(f"scheduler {address!r}: {detail}") from None
+        raise ValueError(f"scheduler {address!r}: {one_line(error)}") from None
 
 
 def optional_dask_client(address: str | None) -> AbstractContextManager[Any]:

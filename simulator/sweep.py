@@ -32,6 +32,7 @@ from tqdm import tqdm
 from reports.files import write_text
 from reports.sweep_charts import write_sweep_charts
 from simulator.dask_cluster import optional_dask_client
+from simulator.errors import one_line
 from simulator.results import result_document
 from simulator.scenario import Scenario, run_scenario
 from simulator.sweep_spec import SweepPoint, SweepSpec, base_scenario, scenario_with, setting_text
@@ -61,17 +62,12 @@ def _flat(document: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split()) or type(error).__name__
-    return text if isinstance(error, ValueError) else f"{type(error).__name__}: {text}"
-
-
 def evaluate_point(base: Scenario, point: SweepPoint, folder: str) -> Outcome:
     """The outputs of one point, or its failure: status, error and the flat result document."""
     try:
         result = run_scenario(scenario_with(base, point.settings, folder))
     except Exception as error:  # a failing point is recorded in its row; the sweep goes on
-        return {"status": "failed", "error": _one_line(error)}
+        return {"status": "failed", "error": one_line(error)}
     return {"status": "ok", "error": "", **_flat(result_document(result))}
 
 
@@ -146,7 +142,7 @@ def finished_rows(out_dir: str | Path, spec: SweepSpec) -> dict[str, TextRow]:
         with path.open(encoding="utf-8", newline="") as stream:
             rows = list(csv.DictReader(stream))
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        raise ValueError(f"{path}: cannot read the sweep table: {_one_line(error)}") from None
+        raise ValueError(f"{path}: cannot read the sweep table: {one_line(error)}") from None
     if rows and not set(HEAD_COLUMNS) <= set(rows[0]):
         raise ValueError(f"{path}: not a sweep table (no {', '.join(HEAD_COLUMNS)} columns); "
                          f"give another --out folder")
@@ -159,7 +155,7 @@ def _outcome(future: Future[Any]) -> Outcome:
     try:
         return future.result()  # type: ignore[no-any-return]
     except Exception as error:  # a worker that died: the point fails, the sweep goes on
-        return {"status": "failed", "error": f"worker: {_one_line(error)}"}
+        return {"status": "failed", "error": f"worker: {one_line(error)}"}
 
 
 def _run_local(base: Scenario, points: list[SweepPoint], folder: str, jobs: int,
