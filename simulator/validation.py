@@ -309,12 +309,9 @@ def metric_values(result: RowResult, metric: str) -> tuple[float | None, float |
 
 
 def scenario_or_none(row: dict[str, Any]) -> Scenario | None:
-    """The row's scenario, or None where moesim cannot build it (a ValueError: bad plan,
-    unknown name)."""
-    try:
-        return row_scenario(row)
-    except ValueError:
-        return None
+    """The row's scenario, or None where moesim cannot build it (`built_scenarios`)."""
+    [built] = built_scenarios([row])
+    return None if isinstance(built, str) else built
 
 
 def scenario_key(row: dict[str, Any]) -> str:
