@@ -438,9 +438,10 @@ def _validate(args: argparse.Namespace) -> int:
         args.settings)
     measurements = _only(read_measurements(args.csv), args.only)
     by = _by_columns(args.by, measurements)
-    scenarios = [scenario for scenario in built_scenarios(measurements, params)
-                 if not isinstance(scenario, str)]
-    note_unused_calibration(args.settings, scenarios, "any row")
+    if args.settings:
+        note_unused_calibration(args.settings, [
+            scenario for scenario in built_scenarios(measurements, params)
+            if not isinstance(scenario, str)], "any row")
     with optional_dask_client(args.scheduler) as client:
         results = validate_rows(measurements, params, jobs=args.jobs, progress=not args.json,
                                 client=client)
