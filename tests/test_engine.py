@@ -36,6 +36,21 @@ def _approx(*values: float):
     return pytest.approx(values, rel=EXACT, abs=1e-15)
 
 
+def _all_reduce(bytes_per_rank: float, group: tuple[int, ...]) -> Collective:
+    """NCCL's all-reduce of `bytes_per_rank` over `group`, every member simulated."""
+    return Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=bytes_per_rank,
+                      groups=(group,), members=group, algorithm="nccl")
+
+
+def _all_reduce_graph(bytes_per_rank: float, group: tuple[int, ...]) -> GraphBuilder:
+    """Each rank of `group` runs `_all_reduce` (task `ar<rank>`) on its DP lane."""
+    collective = _all_reduce(bytes_per_rank, group)
+    g = GraphBuilder()
+    for rank in group:
+        g.add(f"ar{rank}", rank=rank, lane=Lane.DP, category="dp", collective=collective)
+    return g
+
+
 # --- lanes ---------------------------------------------------------------------------------
 
 def test_independent_tasks_on_one_compute_lane_run_back_to_back(
@@ -155,12 +170,7 @@ def test_ring_all_reduce_inside_a_domain(toy_topology, ideal_params):
     # Reduce-scatter then all-gather on the ring 0 -> 1 -> 0: each phase moves half the buffer
     # one way on each GPU's own NVLink port, (2 GB / 2) / 1 GB/s = 1 s per phase.
     group = (0, 1)
-    collective = Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=2 * GB, groups=(group,),
-                            members=group, algorithm="nccl")
-    g = GraphBuilder()
-    for rank in group:
-        g.add(f"ar{rank}", rank=rank, lane=Lane.DP, category="dp", collective=collective)
-    records = _run(g, toy_topology(), ideal_params, group)
+    records = _run(_all_reduce_graph(2 * GB, group), toy_topology(), ideal_params, group)
     assert _span(records["ar0"]) == _approx(0.0, 2.0)
     assert _span(records["ar1"]) == _approx(0.0, 2.0)
 
@@ -170,12 +180,8 @@ def test_hierarchical_all_reduce_over_two_domains(toy_topology, ideal_params):
     # 2 GB/s: 1 s), RS across domains on rails (0, 2), (1, 3) ((k-1)/(k d) = 1/4 of 4 GB over
     # NICs at 1 GB/s: 1 s), then the same two phases in reverse for the all-gather: 4 s.
     group = (0, 1, 2, 3)
-    collective = Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=4 * GB,
-                            groups=(group,), members=group, algorithm="nccl")
-    g = GraphBuilder()
-    for rank in group:
-        g.add(f"ar{rank}", rank=rank, lane=Lane.DP, category="dp", collective=collective)
-    records = _run(g, toy_topology(nvlink=2 * GB, nic=1 * GB), ideal_params, group)
+    records = _run(_all_reduce_graph(4 * GB, group), toy_topology(nvlink=2 * GB, nic=1 * GB),
+                   ideal_params, group)
     for rank in group:
         assert _span(records[f"ar{rank}"]) == _approx(0.0, 4.0)
 
@@ -211,12 +217,7 @@ def test_an_all_reduce_pays_the_collective_overhead_once(toy_topology, ideal_par
     # (launch, handshake, kernel tail)". 0.25 s once + two 1 s ring phases = 2.25 s.
     params = _with_overheads(ideal_params, nccl=0.25)
     group = (0, 1)
-    collective = Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=2 * GB, groups=(group,),
-                            members=group, algorithm="nccl")
-    g = GraphBuilder()
-    for rank in group:
-        g.add(f"ar{rank}", rank=rank, lane=Lane.DP, category="dp", collective=collective)
-    records = _run(g, toy_topology(), params, group)
+    records = _run(_all_reduce_graph(2 * GB, group), toy_topology(), params, group)
     assert _span(records["ar0"]) == _approx(0.0, 2.25)
 
 
@@ -341,8 +342,7 @@ def test_a_collective_with_two_simulated_members_starts_when_both_have_arrived(
     # Rank 0 arrives at t=0 (holding its DP lane), rank 1 only after its 1 s "work"; the
     # all-reduce then runs 1 s (two phases of 0.5 GB at 1 GB/s) and ends for both at t=2.
     group = (0, 1)
-    collective = Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=1 * GB, groups=(group,),
-                            members=group, algorithm="nccl")
+    collective = _all_reduce(1 * GB, group)
     g = GraphBuilder()
     g.add("ar0", rank=0, lane=Lane.DP, category="dp", collective=collective)
     g.add("work", rank=1, lane=Lane.COMPUTE, category="compute", work=compute(1.0))
@@ -357,8 +357,7 @@ def test_a_collective_with_two_simulated_members_starts_when_both_have_arrived(
 
 def test_a_collective_whose_members_never_all_arrive_is_a_deadlock(
         toy_topology, ideal_params, compute):
-    collective = Collective(op=Op.ALL_REDUCE, key="ar", bytes_per_rank=1 * GB, groups=((0, 1),),
-                            members=(0, 1), algorithm="nccl")
+    collective = _all_reduce(1 * GB, (0, 1))
     g = GraphBuilder()
     g.add("ar0", rank=0, lane=Lane.DP, category="dp", collective=collective)
     g.add("after", after=("ar0",), rank=0, lane=Lane.COMPUTE, category="compute",
