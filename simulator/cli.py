@@ -113,23 +113,11 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _check_outputs(*paths: str | None) -> None:
-    """Refuse, before any work, an output file that could not be written."""
-    for path in paths:
-        if path:
-            check_output_path(path)
-
-
-def _check_figures(*paths: str | None) -> None:
-    """Refuse, before any work, a figure that could not be written or has no known format."""
-    for path in paths:
-        if path:
-            check_figure_path(path)
-
-
 def _run(args: argparse.Namespace) -> int:
-    _check_outputs(args.trace)
-    _check_figures(args.gantt)
+    if args.trace:
+        check_output_path(args.trace)
+    if args.gantt:
+        check_figure_path(args.gantt)
     scenario = scenario_from_args(args)
     note_unused_calibration(args.set, [scenario])
     result = run_scenario(scenario, folded=not args.unfolded)
@@ -158,7 +146,7 @@ def _show(args: argparse.Namespace) -> int:
     system, topology = build_system(args.name, args.gpus, args.domain_size)
     summary = summarise(system, topology)
     png = args.png or f"{system.name}-{topology.num_gpus}.png"
-    _check_figures(png)
+    check_figure_path(png)
     draw_topology(drawing_data(system, topology), png)
     if args.json:
         print(json.dumps({**summary, "png": png}, indent=1))
@@ -319,7 +307,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     for flag, value in (("--jobs", args.jobs), ("--max-evaluations", args.max_evaluations)):
         if value < 1:
             raise ValueError(f"{flag}={value}: must be >= 1")
-    _check_outputs(args.output)
+    check_output_path(args.output)
     if args.rerun and (args.start or args.parameters or args.first_principles):
         raise ValueError(f"--rerun {args.rerun}: takes its parameters and start from the file; "
                          "leave out --start, --parameters and --first-principles")
@@ -432,7 +420,8 @@ def _by_columns(options: list[str], rows: list[dict[str, Any]]) -> tuple[str, ..
 def _validate(args: argparse.Namespace) -> int:
     if args.jobs < 1:
         raise ValueError(f"--jobs={args.jobs}: must be >= 1")
-    _check_figures(args.plot)
+    if args.plot:
+        check_figure_path(args.plot)
     params = calibration_settings(
         load_calibration(args.calibration) if args.calibration else DEFAULT_PARAMS,
         args.settings)
