@@ -169,12 +169,13 @@ def row_model(row: dict[str, Any]) -> ModelSpec:
     return load_model(row["model"])
 
 
-def _release_recipe(row: dict[str, Any]) -> Recipe:
-    """The row's release with its performance scripts' preset for the row's model and GPU
-    (workloads.model_presets); a GB200-guide ladder row (`ladder-gb200-NN-...`: the step is in
-    the name, data/README.md) gets the guide's recipe after step NN, a row of a container
-    with a recipe of its own (CONTAINER_RECIPES, by name) that recipe. A release given as a
-    recipe file is taken as written, as `moesim run --recipe FILE` takes it."""
+def _release_recipe(row: dict[str, Any], model: ModelSpec | None) -> Recipe:
+    """The row's release with its performance scripts' preset for its model (`model`, read
+    here if None) and GPU (workloads.model_presets); a GB200-guide ladder row
+    (`ladder-gb200-NN-...`: the step is in the name, data/README.md) gets the guide's recipe
+    after step NN, a row of a container with a recipe of its own (CONTAINER_RECIPES, by name)
+    that recipe. A release given as a recipe file is taken as written, as `moesim run --recipe
+    FILE` takes it."""
     written = load_recipe(row["release"], field="release")
     if names_file(row["release"], RECIPES):
         return written
@@ -184,11 +185,12 @@ def _release_recipe(row: dict[str, Any]) -> Recipe:
     release = next((name for prefix, name in CONTAINER_RECIPES.items()
                     if row["name"].startswith(prefix)), row["release"])
     return recipe_with(recipe(release), **model_preset(
-        release, row_model(row).name, row["gpu"], row["precision"]))
+        release, (model or row_model(row)).name, row["gpu"], row["precision"]))
 
 
-def row_recipe(row: dict[str, Any]) -> Recipe:
-    """The release's recipe with the row's explicit flags applied."""
+def row_recipe(row: dict[str, Any], model: ModelSpec | None = None) -> Recipe:
+    """The release's recipe with the row's explicit flags applied; `model` is the row's
+    (`row_model`), passed where it is already read."""
     changes: dict[str, Any] = {"precision": row["precision"]}
     if row["recompute"]:
         changes["recompute_modules"] = (() if row["recompute"] == "none"
@@ -202,7 +204,7 @@ def row_recipe(row: dict[str, Any]) -> Recipe:
     for column, field in (("a2a_overlap", "a2a_overlap"), ("fp8_attention", "fp8_attention")):
         if _flag(row[column]) is not None:
             changes[field] = _flag(row[column])
-    base = _release_recipe(row)
+    base = _release_recipe(row, model)
     if changes.get("a2a_overlap"):
         changes["shared_expert_overlap"] = False
     if changes["precision"] == "bf16":
@@ -235,7 +237,8 @@ def row_scenario(row: dict[str, Any]) -> Scenario:
     """The Scenario a measured row describes."""
     system = row_system(row)
     integers = {c: int(row[c]) for c in INTEGER_COLUMNS}
-    recipe_ = row_recipe(row)
+    model = row_model(row)
+    recipe_ = row_recipe(row, model)
     plan = ParallelPlan(num_gpus=integers["num_gpus"], tp=integers["tp"], pp=integers["pp"],
                         vpp=_chunks_per_rank(integers["vpp"], recipe_),
                         ep=integers["ep"], etp=integers["etp"],
@@ -243,7 +246,7 @@ def row_scenario(row: dict[str, Any]) -> Scenario:
                         seq_len=integers["seq_len"],
                         dp_sharding="fsdp" if integers["fsdp"] else "distributed-optimizer")
     domain = default_domain_size(system)
-    return Scenario(system=system, model=row_model(row).with_mtp(integers["mtp_layers"]),
+    return Scenario(system=system, model=model.with_mtp(integers["mtp_layers"]),
                     plan=plan, recipe=recipe_, domain_size=domain)
 
 

@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 
+import simulator.validation as validation
 from simulator.cli import main
 from simulator.scenario import run_scenario
 from simulator.validation import read_measurements, row_scenario, summarize, validate_rows
+from workloads.model_files import load_model
 
 FIXTURE = Path(__file__).parent / "data" / "validate_three.csv"
 
@@ -280,6 +282,23 @@ def test_a_row_may_name_a_model_file_and_a_recipe_file(tmp_path, monkeypatch):
     assert missed.status == "failed" and "models/none.yaml" in missed.reason
     assert unknown_release.reason.startswith("release='mbridge-99.01': unknown recipe; known: ")
     assert unknown_release.reason.endswith("(or a path to a .yaml recipe file)")
+
+
+def test_a_row_reads_its_model_file_once(tmp_path, monkeypatch):
+    """Building a row's scenario reads its model file once: the release's presets (keyed by
+    the model's name) take the model already read."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half.yaml").write_text("extends: llama3-8b\nname: llama3-8b-half\n"
+                                        "num_layers: 16\n")
+    reads: list[str] = []
+
+    def counted(name: str):
+        reads.append(name)
+        return load_model(name)
+
+    monkeypatch.setattr(validation, "load_model", counted)
+    row_scenario({**read_measurements(FIXTURE)[1], "model": "half.yaml"})
+    assert reads == ["half.yaml"]
 
 
 def test_a_dualpipe_row_runs_as_dualpipev_with_two_stages_per_rank():
