@@ -16,8 +16,8 @@ from simulator.scenario import default_scenario, run_scenario
 from simulator.validation import row_recipe
 from topologies.hardware import gpu_spec
 from topologies.systems import load_system
-from workloads.blocks import (attention_blocks, expert_streaming_bytes, head_blocks,
-                              moe_blocks)
+from workloads.blocks import (attention_blocks, expert_streaming_bytes, fused_mlp_tile_factors,
+                              head_blocks, moe_blocks)
 from workloads.graph import KernelClass, Work
 from workloads.models import model_spec
 from workloads.parallelism import ParallelPlan
@@ -449,14 +449,36 @@ def test_the_2606_01_dbias_regression_slows_only_biased_fused_experts():
     assert regressed.fused_mlp_dbias_slowdown == pytest.approx(1362.8 / 155.6)
     gpt_oss = [moe_blocks(GPT_OSS, GPT_OSS_PLAN, r)["experts"] for r in (fused, regressed)]
     assert gpt_oss[0].forward == gpt_oss[1].forward
-    # FC2's data gradient is h*f of the backward's 2*(h*f + h*2f) weights' worth: 1/6.
-    kernel_flops = moe_blocks(GPT_OSS, GPT_OSS_PLAN, unfused)["experts"].backward.flops / 6
+    # FC2's data gradient is h*f of the backward's 2*(h*f + h*2f) weights' worth: 1/6, with
+    # the fused kernels' tile waste at GPT-OSS's widths (test below) on every share.
+    kernel_flops = (moe_blocks(GPT_OSS, GPT_OSS_PLAN, unfused)["experts"].backward.flops
+                    * fused_mlp_tile_factors(GPT_OSS)[1] / 6)
     assert gpt_oss[0].backward.flops - 5 * kernel_flops == pytest.approx(
         kernel_flops * 155.632 / 139.392)
     assert gpt_oss[1].backward.flops - 5 * kernel_flops == pytest.approx(
         kernel_flops * 1362.768 / 139.392, rel=1e-3)
     dsv3 = [moe_blocks(DSV3, PLAN, r)["experts"] for r in (fused, regressed)]
     assert dsv3[0] == dsv3[1]
+
+
+def test_the_fused_mlp_runs_whole_256_wide_tiles():
+    """cuDNN's fused MLP kernels run 256 x 256 tiles with a K step of 128: GPT-OSS's widths of
+    2,880 (11.25 tiles; FC1's 5,760, 22.5) make them do more than the useful work, by hand:
+    forward (2 * 5888/5760 * 2944/2880 + 3072/2880 * 2944/2880) / 3, backward likewise over
+    the two data and two weight gradients. Widths that divide by the tiles (DeepSeek-V3's
+    7,168 and 2,048, Qwen3's) cost nothing more, and only the fused path pays."""
+    wide, k_wide = 3072 / 2880, 2944 / 2880
+    fc1_wide = 5888 / 5760
+    forward, backward = fused_mlp_tile_factors(GPT_OSS)
+    assert forward == pytest.approx((2 * fc1_wide * k_wide + wide * k_wide) / 3)
+    assert backward == pytest.approx((wide * k_wide + 2 * wide + wide * wide
+                                      + 2 * fc1_wide * wide) / 6)
+    for name in ("deepseek-v3", "qwen3-235b-a22b", "qwen3-30b-a3b"):
+        assert fused_mlp_tile_factors(model_spec(name)) == (1.0, 1.0)
+    fused = moe_blocks(GPT_OSS, GPT_OSS_PLAN, recipe("mbridge-26.06"))["experts"]
+    unfused = moe_blocks(GPT_OSS, GPT_OSS_PLAN, replace(recipe("mbridge-26.06"),
+                                                        fused_grouped_mlp=False))["experts"]
+    assert fused.forward.flops == pytest.approx(unfused.forward.flops * forward)
 
 
 def test_a_2606_01_row_gets_its_containers_recipe_by_name():

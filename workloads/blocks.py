@@ -77,6 +77,13 @@ FUSED_GROUPED_MLP_KERNELS = (2, 4)
 # shape; NVIDIA/cudnn-frontend PR 322). The fitted fused-MLP rate is the kernels' without a
 # bias (the rows that set it have none), so models with linear_bias pay this on top.
 DBIAS_KERNEL_SLOWDOWN = 155.632 / 139.392
+# The fused MLP's cuDNN kernels (grouped GEMM + GLU, + quantisation, + dGLU, weight gradient)
+# run 256 x 256 MMA tiles, and TE passes no other (cudnn-frontend python/cudnn/grouped_gemm/
+# */api.py: mma_tiler_mn = (256, 256); TransformerEngine ops/fused/grouped_mlp.py), with a K
+# step of four 32-wide MXFP8 MMA instructions, 128 (CUTLASS DSL blockscaled kernels:
+# mma_inst_tile_k = 4). A width that is no multiple of its tile runs the last tile whole.
+FUSED_MLP_TILE_MN = 256
+FUSED_MLP_TILE_K = 128
 # Memory-bound kernels around the routed experts' GEMMs (Work.streaming_hbm_bytes), bytes per
 # element: quantising a BF16 tensor to FP8 reads 2 and writes a row-wise and a column-wise
 # copy (1 + 1; the scales are 1/32 or less of that); SwiGLU reads gate and up and writes
@@ -159,6 +166,30 @@ def _dbias_backward_factor(model: ModelSpec, recipe: Recipe) -> float:
     fc1 = (model.ffn_matrices - 1) * model.moe_ffn_hidden_size
     share = model.moe_ffn_hidden_size / (2 * (model.moe_ffn_hidden_size + fc1))
     return 1 + (DBIAS_KERNEL_SLOWDOWN * recipe.fused_mlp_dbias_slowdown - 1) * share
+
+
+def _tile_waste(width: int, tile: int) -> float:
+    """Work a kernel does along a dimension of `width` in whole tiles, over the useful work."""
+    return -(-width // tile) * tile / width
+
+
+def fused_mlp_tile_factors(model: ModelSpec) -> tuple[float, float]:
+    """How many times the useful MMA work the fused MLP's kernels do (forward, backward) at
+    their tiles (FUSED_MLP_TILE_MN, FUSED_MLP_TILE_K), each GEMM weighted by its FLOPs: 1.0
+    where the hidden size h and the FC1 width g*f (g = 2 gated) divide by the tiles.
+    Forward: FC1 (N = g*f, K = h) and FC2 (N = h, K = f). Backward: FC2's data gradient with
+    the dGLU (N = f, K = h), FC1's (N = h, K = g*f), and the weight gradients, tiled over both
+    of the weights' dimensions (h x f and g*f x h; K is the tokens)."""
+    h, f = model.hidden_size, model.moe_ffn_hidden_size
+    g = model.ffn_matrices - 1
+    mn, k = FUSED_MLP_TILE_MN, FUSED_MLP_TILE_K
+    forward = (g * _tile_waste(g * f, mn) * _tile_waste(h, k)
+               + _tile_waste(h, mn) * _tile_waste(f, k)) / (g + 1)
+    data_gradients = (_tile_waste(f, mn) * _tile_waste(h, k)
+                      + g * _tile_waste(h, mn) * _tile_waste(g * f, k))
+    weight_gradients = _tile_waste(h, mn) * (_tile_waste(f, mn) + g * _tile_waste(g * f, mn))
+    backward = (data_gradients + weight_gradients) / (2 * (g + 1))
+    return forward, backward
 
 
 def _gate_share(model: ModelSpec) -> float:
@@ -366,10 +397,14 @@ def moe_blocks(model: ModelSpec, plan: ParallelPlan, recipe: Recipe) -> dict[str
                              else KernelClass.GROUPED_GEMM),
                     kernels=_expert_kernels(model, plan, recipe))
     streaming_fwd, streaming_bwd = expert_streaming_bytes(model, recipe)
+    tiles_fwd, tiles_bwd = (fused_mlp_tile_factors(model) if fuses_grouped_mlp(recipe)
+                            else (1.0, 1.0))
     experts = BlockWork(
-        forward=replace(experts.forward, streaming_hbm_bytes=padded * streaming_fwd),
+        forward=replace(experts.forward, streaming_hbm_bytes=padded * streaming_fwd,
+                        flops=experts.forward.flops * tiles_fwd),
         backward=replace(experts.backward, streaming_hbm_bytes=padded * streaming_bwd,
-                         flops=experts.backward.flops * _dbias_backward_factor(model, recipe)))
+                         flops=(experts.backward.flops * tiles_bwd
+                                * _dbias_backward_factor(model, recipe))))
     if "moe_act" in modules and not whole:
         act_bytes = (pairs * model.moe_ffn_hidden_size * _gate_share(model)
                      * activation_bytes(model)[0])
