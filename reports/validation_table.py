@@ -6,6 +6,9 @@ from typing import Any, Mapping, Sequence
 
 from reports.tables import format_table
 
+# The row table's reason column; `_failed_block` prints each failed row's reason whole.
+REASON_COLUMN_CHARS = 60
+
 
 def _row_line(row: Mapping[str, Any]) -> dict[str, Any]:
     on_tokens = row["measured_tokens_per_s_per_gpu"] is not None
@@ -15,7 +18,19 @@ def _row_line(row: Mapping[str, Any]) -> dict[str, Any]:
                           else row["predicted_tflops_per_gpu"]),
             "measured": (row["measured_tokens_per_s_per_gpu"] if on_tokens
                          else row["measured_tflops_per_gpu"]),
-            "error %": row["error_pct"], "reason": row["reason"][:80]}
+            "error %": row["error_pct"], "reason": _shortened(row["reason"])}
+
+
+def _shortened(reason: str) -> str:
+    if len(reason) <= REASON_COLUMN_CHARS:
+        return reason
+    return reason[:REASON_COLUMN_CHARS - 3] + "..."
+
+
+def _failed_block(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Each failed row with its whole reason, which the row table shortens."""
+    failed = [r for r in rows if r["status"] != "ok"]
+    return ["failed rows:", *(f"  {r['name']}: {r['reason']}" for r in failed)] if failed else []
 
 
 def _stat_line(group: str, n: int, stats: Mapping[str, Any]) -> dict[str, Any]:
@@ -91,7 +106,7 @@ def format_validation(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, A
     repeated measurements (`summary["repeats"]`, simulator.repeats) and the pairs of rows
     that ran one workload on two GPUs (`summary["gpu_pairs"]`, simulator.gpu_pairs)."""
     blocks = [format_table([_row_line(r) for r in rows]), "",
-              f"{summary['n']} rows, {summary['n_failed']} failed", "",
+              f"{summary['n']} rows, {summary['n_failed']} failed", *_failed_block(rows), "",
               format_table(_stat_rows(summary))]
     for name, ladder in summary.get("ladders", {}).items():
         blocks += ["", *_ladder_block(name, ladder)]

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 import simulator.validation as validation
+from reports.validation_table import REASON_COLUMN_CHARS
 from simulator.cli import main
 from simulator.scenario import run_scenario
 from simulator.validation import read_measurements, row_scenario, summarize, validate_rows
@@ -63,8 +64,6 @@ def test_a_dask_cluster_gives_the_same_results(results, tmp_path, monkeypatch, c
 
 
 def test_rows_that_moesim_simulates_alike_share_one_simulation(results, monkeypatch):
-    import simulator.validation as validation
-
     tokens, tflops, failed = read_measurements(FIXTURE)
     rows = [tokens, dict(tokens, name="again", measured_tokens_per_s_per_gpu="9000"),
             dict(tokens, name="tp2", tp="2"), failed, dict(failed, name="failed-again")]
@@ -129,6 +128,15 @@ def test_validate_by_prints_a_line_per_value_and_refuses_unknown_columns(capsys)
     assert main(["validate", str(FIXTURE), "--by", "colour"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--by 'colour'" in err and "release" in err
+
+
+def test_the_table_shortens_a_failed_rows_reason_and_prints_it_whole_below(results, capsys):
+    reason = results[2].reason
+    assert main(["validate", str(FIXTURE)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    in_table = next(line for line in lines if line.startswith("fixture-llama8b-x999-8"))
+    assert len(reason) > REASON_COLUMN_CHARS and in_table.endswith("...")
+    assert reason not in in_table and f"  fixture-llama8b-x999-8: {reason}" in lines
 
 
 def test_validate_command_json_and_plot(tmp_path, capsys):
