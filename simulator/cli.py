@@ -171,9 +171,7 @@ def _validate_parser(commands: argparse._SubParsersAction) -> None:
     _add_scheduler(validate)
     validate.add_argument("--calibration", metavar="FILE",
                           help="cost parameters from `moesim calibrate`")
-    validate.add_argument("--only", action="append", default=[], metavar="COLUMN=VALUE[,VALUE]",
-                          help="run only the rows with one of these values in COLUMN (e.g. "
-                               "model=qwen3-30b-a3b); repeated, a row must match each")
+    _add_only(validate, "run")
     validate.add_argument("--set", action="append", default=[], dest="settings",
                           metavar="calibration.FIELD[.KEY]=VALUE",
                           help="a cost parameter for every row, on top of --calibration (e.g. "
@@ -185,6 +183,12 @@ def _add_scheduler(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler", metavar="ADDRESS",
                         help="run the rows on this Dask distributed scheduler's workers "
                              "instead of --jobs processes (they need moesim installed)")
+
+
+def _add_only(parser: argparse.ArgumentParser, verb: str) -> None:
+    parser.add_argument("--only", action="append", default=[], metavar="COLUMN=VALUE[,VALUE]",
+                        help=f"{verb} only the rows with one of these values in COLUMN (e.g. "
+                             "model=qwen3-30b-a3b); repeated, a row must match each")
 
 
 def _add_by(parser: argparse.ArgumentParser) -> None:
@@ -200,8 +204,10 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
                     "error) to every row of FILE.csv and write them with their meaning and "
                     "bounds.")
     calibrate.add_argument("csv", metavar="FILE.csv")
-    calibrate.add_argument("-o", "--output", required=True, metavar="FILE.yaml")
-    calibrate.add_argument("--jobs", type=int, default=1, metavar="N")
+    calibrate.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
+                           help="where to write the fit (written whole once it ends)")
+    calibrate.add_argument("--jobs", type=int, default=1, metavar="N",
+                           help="rows to run in parallel processes")
     _add_scheduler(calibrate)
     calibrate.add_argument("--max-evaluations", type=int, default=40, metavar="N",
                            help="simulations of the rows (a Jacobian column counts as one)")
@@ -230,6 +236,7 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--hold-out", metavar="COLUMN=VALUE[,VALUE]",
                            help="leave these rows out of the fit (e.g. gpu=gb300) and report "
                                 "how the fitted parameters predict them")
+    _add_only(calibrate, "use")
     calibrate.add_argument("--uncertainty-only", action="store_true",
                            help="measure the Jacobian at the start values and report each "
                                 "parameter's standard error there, moving nothing")
@@ -269,8 +276,7 @@ def _only(rows: list[dict[str, Any]], selections: list[str]) -> list[dict[str, A
     for selection in selections:
         matched, _ = _matching(rows, selection, "--only")
         if not matched:
-            raise ValueError(f"--only {selection!r}: matches none of the {len(rows)} rows "
-                             f"left to run")
+            raise ValueError(f"--only {selection!r}: matches none of the {len(rows)} rows left")
         rows = matched
     return rows
 
@@ -316,7 +322,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     parameters = (_fit_parameters(",".join(calibration_entries(args.rerun)),
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
-    rows, held = _split_held_out(read_measurements(args.csv), args.hold_out)
+    rows, held = _split_held_out(_only(read_measurements(args.csv), args.only), args.hold_out)
     by = _by_columns(args.by, rows)
     loss = _fit_loss(args)
 

@@ -212,6 +212,20 @@ def test_a_held_out_row_is_left_out_of_the_fit_and_predicted(tmp_path, capsys):
     assert abs(float(row.split()[-1])) < 1.0
 
 
+def test_only_fits_the_rows_it_names_and_holds_out_among_them(tmp_path, capsys):
+    from simulator.cli import main
+
+    _synthetic_rows(tmp_path)
+    out = tmp_path / "calibration.yaml"
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(out),
+                 "--max-evaluations", "3", "--parameters", "gemm_efficiency.hopper-bf16",
+                 "--only", "precision=bf16", "--hold-out", "tp=2"]) == 0
+    fitted, held = capsys.readouterr().out.split("held out (tp=2)")
+    assert "over 1 rows" in fitted and "\nfp8 " not in fitted
+    assert [line.split()[0] for line in held.splitlines() if " ok " in line] == ["bf16-tp2"]
+    assert yaml.safe_load(out.read_text())["rows_used"] == 1
+
+
 @pytest.mark.parametrize("selection, words", [
     ("gpu", "COLUMN=VALUE"), ("colour=red", "column of the CSV"),
     ("gpu=h100,x999", "some rows in and some out"), ("gpu=a100", "matches 0 of 3")])
