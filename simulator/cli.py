@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import signal
 import sys
 from collections.abc import Callable
@@ -53,7 +54,7 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, calibration_values, load_calibration,
                                    params_value, params_with, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
-                               calibration_document, fit)
+                               calibration_document, fit, rerun_differences)
 from simulator.dask_cluster import optional_dask_client
 from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
@@ -323,6 +324,11 @@ def _calibrate(args: argparse.Namespace) -> int:
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
     rows, held = _split_held_out(_only(read_measurements(args.csv), args.only), args.hold_out)
+    if args.rerun:
+        for difference in rerun_differences(read_calibration_file(args.rerun), args.csv,
+                                            len(rows)):
+            print(f"moesim: note: --rerun {args.rerun}: {difference}; this fit may not "
+                  "reproduce it", file=sys.stderr)
     by = _by_columns(args.by, rows)
     loss = _fit_loss(args)
 
@@ -341,8 +347,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         fixed = ({key: value for key, value in
                   {**calibration_values(carried), **first_principles}.items()
                   if key not in fitted_keys} if carried else {})
-        document = calibration_document(result, parameters, args.csv,
-                                        "moesim " + " ".join(sys.argv[1:]) if sys.argv else "",
+        document = calibration_document(result, parameters, args.csv, args.command_line,
                                         fixed, row_files(rows))
         write_calibration(args.output, document)
         print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
@@ -461,6 +466,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    args.command_line = shlex.join(["moesim", *(sys.argv[1:] if argv is None else argv)])
     try:
         return COMMANDS[args.command](args)
     except (ValueError, OSError) as error:

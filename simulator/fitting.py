@@ -455,6 +455,19 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
     }
 
 
+def rerun_differences(document: Mapping[str, Any], data: str | Path, rows: int) -> list[str]:
+    """How a fit of `rows` rows of `data` differs from the fit that wrote `document` in what
+    `--rerun` needs alike to reproduce it: the data's hash and the rows it fitted."""
+    differences = []
+    if document.get("data_sha256") not in (None, _sha256(str(data))):
+        differences.append(f"its data ({document.get('data')}) had another SHA-256")
+    counts = (document.get("rows_used"), document.get("rows_failed", 0))
+    if all(isinstance(n, int) for n in counts) and sum(counts) != rows:
+        differences.append(f"it fitted {sum(counts)} rows, this fit {rows} (its command: "
+                           f"{document.get('command')})")
+    return differences
+
+
 def _sha256(path: str) -> str | None:
     try:
         return hashlib.sha256(Path(path).read_bytes()).hexdigest()

@@ -168,7 +168,7 @@ def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
     assert main(["calibrate", *common, "-o", str(first), "--start", str(start),
                  "--parameters", ",".join(TRUE), "--loss", "linear"]) == 0
     assert main(["calibrate", *common, "-o", str(again), "--rerun", str(first)]) == 0
-    capsys.readouterr()
+    assert "note:" not in capsys.readouterr().err
     documents = [yaml.safe_load(path.read_text()) for path in (first, again)]
     assert [d["loss"] for d in documents] == [{"name": "linear", "scale": 0.1}] * 2
     fitted, rerun = (d["parameters"] for d in documents)
@@ -179,6 +179,23 @@ def test_rerun_reproduces_a_fit_from_the_file_it_wrote(tmp_path, capsys):
     assert main(["calibrate", *common, "-o", str(again), "--rerun", str(first),
                  "--start", str(start)]) == 2
     assert "leave out --start" in capsys.readouterr().err
+
+
+def test_a_rerun_on_other_data_or_rows_says_so(tmp_path, capsys):
+    from simulator.cli import main
+
+    _synthetic_rows(tmp_path)
+    first, again = tmp_path / "first.yaml", tmp_path / "again.yaml"
+    assert main(["calibrate", str(tmp_path / "synthetic.csv"), "-o", str(first),
+                 "--max-evaluations", "1", "--parameters", "gemm_efficiency.hopper-bf16"]) == 0
+    changed = tmp_path / "changed.csv"
+    changed.write_text((tmp_path / "synthetic.csv").read_text() + "\n")
+    capsys.readouterr()
+    assert main(["calibrate", str(changed), "-o", str(again), "--max-evaluations", "1",
+                 "--rerun", str(first), "--only", "precision=bf16"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert len(notes) == 2 and "another SHA-256" in notes[0]
+    assert "it fitted 4 rows, this fit 2" in notes[1] and "--parameters" in notes[1]
 
 
 @pytest.mark.parametrize("text, words", [
