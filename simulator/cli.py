@@ -362,7 +362,8 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
               f"-> {result.final_objective:.4f}; rms log error "
               f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
-              f"{result.rows_used} rows ({result.rows_failed} failed); written to {args.output}"
+              f"{result.rows_used} row{'s' if result.rows_used != 1 else ''} "
+              f"({result.rows_failed} failed); written to {args.output}"
               + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else ""))
         if held:
             predicted = validate_rows(held, result.params, jobs=args.jobs, client=client)

@@ -456,8 +456,8 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
 
 
 def rerun_differences(document: Mapping[str, Any], data: str | Path, rows: int) -> list[str]:
-    """How a fit of `rows` rows of `data` differs from the fit that wrote `document` in what
-    `--rerun` needs alike to reproduce it: the data's hash and the rows it fitted."""
+    """Where a fit of `rows` rows of `data` differs from the fit that wrote `document` in what a
+    rerun must share with it to reproduce it: the data's hash and the number of rows fitted."""
     differences = []
     if document.get("data_sha256") not in (None, _sha256(str(data))):
         differences.append(f"its data ({document.get('data')}) had another SHA-256")
