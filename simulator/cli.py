@@ -29,6 +29,7 @@ import json
 import shlex
 import signal
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -332,8 +333,11 @@ def _calibrate(args: argparse.Namespace) -> int:
     by = _by_columns(args.by, rows)
     loss = _fit_loss(args)
 
+    started_s = time.monotonic()
+
     def progress(evaluation: int, message: str) -> None:
-        print(f"evaluation {evaluation}: {message}", file=sys.stderr, flush=True)
+        print(f"evaluation {evaluation} ({time.monotonic() - started_s:.0f} s): {message}",
+              file=sys.stderr, flush=True)
 
     base = (load_calibration(args.rerun, field="start") if args.rerun
             else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)

@@ -354,7 +354,9 @@ def test_calibrate_reports_every_evaluation_as_it_goes(tmp_path, capsys):
                  "--max-evaluations", "6", "--parameters", ",".join(TRUE)]) == 0
     lines = [line for line in capsys.readouterr().err.splitlines()
              if line.startswith("evaluation ")]
-    assert [int(line.split()[1].rstrip(":")) for line in lines] == list(range(1, 7))
+    assert [int(line.split()[1]) for line in lines] == list(range(1, 7))
+    elapsed_s = [int(line.split()[2].lstrip("(")) for line in lines]
+    assert elapsed_s == sorted(elapsed_s) and all(line.split()[3] == "s):" for line in lines)
     assert lines[0].endswith("(start)") and "Jacobian column 2 of 2" in lines[3]
     assert all(line.endswith(("(step kept)", "(step rejected)")) for line in lines[4:])
 
