@@ -207,7 +207,7 @@ def _calibrate_parser(commands: argparse._SubParsersAction) -> None:
                     "bounds.")
     calibrate.add_argument("csv", metavar="FILE.csv")
     calibrate.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
-                           help="where to write the fit (written whole once it ends)")
+                           help="where to write the fit (written whole when it ends or is stopped)")
     calibrate.add_argument("--jobs", type=int, default=1, metavar="N",
                            help="rows to run in parallel processes")
     _add_scheduler(calibrate)
