@@ -295,13 +295,14 @@ def _split_held_out(rows: list[dict[str, Any]], selection: str | None
     return kept, held
 
 
-def _fit_loss(args: argparse.Namespace) -> Loss:
-    """The loss given on the command line; under --rerun, else the one the file records (a
-    file without one was fitted by plain least squares)."""
+def _fit_loss(args: argparse.Namespace, rerun_document: Any) -> Loss:
+    """The loss given on the command line; under --rerun, else the one its file
+    (`rerun_document`, as read) records (a file without one was fitted by plain least
+    squares)."""
     recorded: dict[str, Any] = {}
     if args.rerun:
-        document = read_calibration_file(args.rerun)
-        recorded = document.get("loss", {"name": "linear"}) if isinstance(document, dict) else {}
+        recorded = (rerun_document.get("loss", {"name": "linear"})
+                    if isinstance(rerun_document, dict) else {})
         if not isinstance(recorded, dict):
             raise ValueError(f"--rerun {args.rerun}: loss={recorded!r} must be a mapping of "
                              "name and scale")
@@ -325,13 +326,13 @@ def _calibrate(args: argparse.Namespace) -> int:
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
     rows, held = _split_held_out(_only(read_measurements(args.csv), args.only), args.hold_out)
+    rerun_document = read_calibration_file(args.rerun) if args.rerun else {}
     if args.rerun:
-        for difference in rerun_differences(read_calibration_file(args.rerun), args.csv,
-                                            len(rows)):
+        for difference in rerun_differences(rerun_document, args.csv, len(rows)):
             print(f"moesim: note: --rerun {args.rerun}: {difference}; this fit may not "
                   "reproduce it", file=sys.stderr)
     by = _by_columns(args.by, rows)
-    loss = _fit_loss(args)
+    loss = _fit_loss(args, rerun_document)
 
     started_s = time.monotonic()
 
