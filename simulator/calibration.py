@@ -364,10 +364,10 @@ def _entries(document: Any, path: str | Path) -> dict[str, Any]:
     return {str(key): entry for key, entry in entries.items()}
 
 
-def calibration_entries(path: str | Path) -> dict[str, Any]:
-    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of a file `moesim
-    calibrate` wrote."""
-    return _entries(read_calibration_file(path), path)
+def calibration_entries(document: Any, path: str | Path) -> dict[str, Any]:
+    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of the document
+    (`read_calibration_file`) of a file `moesim calibrate` wrote to `path`."""
+    return _entries(document, path)
 
 
 def _entry_value(entry: Any, name: str) -> Any:
@@ -379,10 +379,14 @@ def _is_number(value: Any) -> bool:
 
 
 def calibration_values(path: str | Path, field: str = "value") -> dict[str, float]:
-    """Every value a file `moesim calibrate` wrote holds, key -> number: its `fixed` ones (those
-    a partial refit held at its start file's), then each fitted entry's `value`, or with
-    field="start" the value that fit began at."""
-    document = read_calibration_file(path)
+    """Every value a file `moesim calibrate` wrote holds (`document_values`)."""
+    return document_values(read_calibration_file(path), path, field)
+
+
+def document_values(document: Any, path: str | Path, field: str = "value") -> dict[str, float]:
+    """Every value the document of a file `moesim calibrate` wrote to `path` holds, key ->
+    number: its `fixed` ones (those a partial refit held at its start file's), then each fitted
+    entry's `value`, or with field="start" the value that fit began at."""
     fixed = document.get("fixed", {}) if isinstance(document, dict) else {}
     held = {str(key): _entry_value(entry, "value")
             for key, entry in (fixed.items() if isinstance(fixed, dict) else ())}
@@ -408,8 +412,13 @@ def load_calibration(path: str | Path, base: CostParams | None = None,
                      field: str = "value") -> CostParams:
     """Cost parameters from a file `moesim calibrate` wrote (`calibration_values`), applied on
     top of `base` (default: the first-principles values)."""
-    params = FIRST_PRINCIPLES if base is None else base
-    for key, value in calibration_values(path, field).items():
+    return params_with_values(FIRST_PRINCIPLES if base is None else base,
+                              calibration_values(path, field))
+
+
+def params_with_values(params: CostParams, values: Mapping[str, float]) -> CostParams:
+    """`params` with each key of `values` (as `params_with` names them) set."""
+    for key, value in values.items():
         params = params_with(params, key, value)
     return params
 

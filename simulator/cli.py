@@ -52,10 +52,10 @@ from simulator.cli_studies import STUDY_COMMANDS, add_study_parsers
 from simulator.results import pipeline_rows, trace_rows
 from simulator.scenario import run_scenario
 from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
-                                   calibration_entries, calibration_values, load_calibration,
-                                   params_value, params_with, read_calibration_file)
+                                   calibration_entries, document_values, load_calibration,
+                                   params_value, params_with_values, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
-                               calibration_document, fit, rerun_differences)
+                               calibration_document, fit, provenance, rerun_differences)
 from simulator.dask_cluster import optional_dask_client
 from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
@@ -322,17 +322,19 @@ def _calibrate(args: argparse.Namespace) -> int:
                          "leave out --start, --parameters and --first-principles")
     reset = (_fit_parameters(args.first_principles, "--first-principles")
              if args.first_principles else ())
-    parameters = (_fit_parameters(",".join(calibration_entries(args.rerun)),
+    carried = args.rerun or args.start
+    carried_document = read_calibration_file(carried) if carried else {}
+    parameters = (_fit_parameters(",".join(calibration_entries(carried_document, args.rerun)),
                                   f"--rerun {args.rerun}: parameters")
                   if args.rerun else _fit_parameters(args.parameters))
     rows, held = _split_held_out(_only(read_measurements(args.csv), args.only), args.hold_out)
-    rerun_document = read_calibration_file(args.rerun) if args.rerun else {}
+    origin = provenance(args.csv, args.command_line, row_files(rows))
     if args.rerun:
-        for difference in rerun_differences(rerun_document, args.csv, len(rows)):
+        for difference in rerun_differences(carried_document, origin, len(rows)):
             print(f"moesim: note: --rerun {args.rerun}: {difference}; this fit may not "
                   "reproduce it", file=sys.stderr)
     by = _by_columns(args.by, rows)
-    loss = _fit_loss(args, rerun_document)
+    loss = _fit_loss(args, carried_document)
 
     started_s = time.monotonic()
 
@@ -340,20 +342,17 @@ def _calibrate(args: argparse.Namespace) -> int:
         print(f"evaluation {evaluation} ({time.monotonic() - started_s:.0f} s): {message}",
               file=sys.stderr, flush=True)
 
-    base = (load_calibration(args.rerun, field="start") if args.rerun
-            else load_calibration(args.start) if args.start else FIRST_PRINCIPLES)
     first_principles = {p.key: params_value(FIRST_PRINCIPLES, p.key) for p in reset}
-    for key, value in first_principles.items():
-        base = params_with(base, key, value)
+    start = (document_values(carried_document, carried, "start" if args.rerun else "value")
+             if carried else {})
+    base = params_with_values(FIRST_PRINCIPLES, {**start, **first_principles})
     with optional_dask_client(args.scheduler) as client:
         result = _fit_until_stopped(rows, parameters, base, args, loss, progress, client)
         fitted_keys = {p.key for p in parameters}
-        carried = args.start or args.rerun
         fixed = ({key: value for key, value in
-                  {**calibration_values(carried), **first_principles}.items()
+                  {**document_values(carried_document, carried), **first_principles}.items()
                   if key not in fitted_keys} if carried else {})
-        document = calibration_document(result, parameters, args.csv, args.command_line,
-                                        fixed, row_files(rows))
+        document = calibration_document(result, parameters, origin, fixed)
         write_calibration(args.output, document)
         print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
                              "std error": _std_error_text(entry),

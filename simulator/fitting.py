@@ -420,20 +420,26 @@ def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, lowe
     return np.asarray(solution.x) * width
 
 
+def provenance(data: str | Path, command: str, files: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Where a fit comes from, as its calibration file records it: the command, the data and its
+    SHA-256, and that of each model, recipe or system file its rows name (`files`; null where it
+    cannot be read). Taken as the fit begins, from the files it reads then: a fit runs for an
+    hour, and a file edited meanwhile is not the one it fitted."""
+    return {"command": command, "data": Path(data).name, "data_sha256": _sha256(str(data)),
+            **({"files_sha256": {name: _sha256(name) for name in files}} if files else {})}
+
+
 def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...],
-                         data: str | Path, command: str,
-                         fixed: Mapping[str, float] | None = None,
-                         files: tuple[str, ...] = ()) -> dict[str, Any]:
-    """What the calibration file records: the command, the data and its hash, the hash of each
-    model, recipe or system file its rows name (`files`; null where it cannot be read), the
-    fit, and the values (`fixed`) that a partial refit held where its start file had them."""
+                         origin: Mapping[str, Any],
+                         fixed: Mapping[str, float] | None = None) -> dict[str, Any]:
+    """What the calibration file records: where the fit came from (`origin`, its
+    `provenance`), the fit, and the values (`fixed`) that a partial refit held where its start
+    file had them."""
     meanings = {p.key: p.meaning for p in (*DEFAULT_FIT, *OPTIONAL_FIT)}
     fixed_part = {"fixed": {key: {"value": value, "meaning": meanings.get(key, "")}
                             for key, value in fixed.items()}} if fixed else {}
     return {
-        "command": command, "data": Path(data).name,
-        "data_sha256": hashlib.sha256(Path(data).read_bytes()).hexdigest(),
-        **({"files_sha256": {name: _sha256(name) for name in files}} if files else {}),
+        **origin,
         "rows_used": result.rows_used, "rows_failed": result.rows_failed,
         "evaluations": result.evaluations,
         **({"stopped": "interrupted; the best values so far"} if result.stopped else {}),
@@ -455,11 +461,13 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
     }
 
 
-def rerun_differences(document: Mapping[str, Any], data: str | Path, rows: int) -> list[str]:
-    """Where a fit of `rows` rows of `data` differs from the fit that wrote `document` in what a
-    rerun must share with it to reproduce it: the data's hash and the number of rows fitted."""
+def rerun_differences(document: Mapping[str, Any], origin: Mapping[str, Any],
+                      rows: int) -> list[str]:
+    """Where a fit of `rows` rows from `origin` (its `provenance`) differs from the fit that
+    wrote `document` in what a rerun must share with it to reproduce it: the data's hash and the
+    number of rows fitted."""
     differences = []
-    if document.get("data_sha256") not in (None, _sha256(str(data))):
+    if document.get("data_sha256") not in (None, origin["data_sha256"]):
         differences.append(f"its data ({document.get('data')}) had another SHA-256")
     counts = (document.get("rows_used"), document.get("rows_failed", 0))
     if all(isinstance(n, int) for n in counts) and sum(counts) != rows:

@@ -479,22 +479,34 @@ def test_the_roofline_s_overlap_is_fitted_from_within_its_bounds(tmp_path):
 
 def test_calibration_file_records_the_hash_of_each_file_its_rows_name(tmp_path, monkeypatch):
     """A row's model, recipe and system files are inputs of the fit as the CSV is: the file
-    names each (not the catalog names) with its SHA-256, null for one that cannot be read."""
+    names each (not the catalog names) with its SHA-256, null for one that cannot be read,
+    each as the fit began (a file edited while the fit runs is not the one it fitted)."""
+    import simulator.cli
     from simulator.cli import main
 
     monkeypatch.chdir(tmp_path)
-    model = tmp_path / "half.yaml"
+    model, data = tmp_path / "half.yaml", tmp_path / "rows.csv"
     model.write_text("extends: llama3-8b\nname: llama3-8b-half\nnum_layers: 16\n")
     header, row = FIXTURE.read_text().splitlines()[:2]
-    (tmp_path / "rows.csv").write_text("\n".join([
+    data.write_text("\n".join([
         header + ",system", row + ",dgx-h100",
         row.replace("-tokens,llama3-8b,", "-half,half.yaml,", 1) + ",",
         row.replace("-tokens,llama3-8b,", "-gone,gone.yaml,", 1) + ","]) + "\n")
+    began = {path: hashlib.sha256(path.read_bytes()).hexdigest() for path in (model, data)}
+
+    def fit_while_edited(*args, **kwargs):
+        result = fit(*args, **kwargs)
+        for path in (model, data):
+            path.write_text(path.read_text() + "\n")
+        return result
+
+    monkeypatch.setattr(simulator.cli, "fit", fit_while_edited)
     assert main(["calibrate", "rows.csv", "-o", "fit.yaml", "--max-evaluations", "1",
                  "--parameters", "host_launch_s"]) == 0
-    recorded = yaml.safe_load((tmp_path / "fit.yaml").read_text())["files_sha256"]
-    assert recorded == {"half.yaml": hashlib.sha256(model.read_bytes()).hexdigest(),
-                        "gone.yaml": None}
+    recorded = yaml.safe_load((tmp_path / "fit.yaml").read_text())
+    assert recorded["files_sha256"] == {"half.yaml": began[model], "gone.yaml": None}
+    assert recorded["data_sha256"] == began[data]
+    assert began[data] != hashlib.sha256(data.read_bytes()).hexdigest()
 
 
 def test_a_fit_on_a_dask_cluster_equals_the_local_fit():
