@@ -294,12 +294,44 @@ def _errors(results: list[RowResult]) -> np.ndarray:
 
 
 @dataclass(slots=True)
-class _Counter:
-    """Residual evaluations so far (a partial Jacobian column counts as one), and the rows of
-    the latest."""
+class _Evaluations:
+    """Simulates rows at trial values of the fitted parameters, counting the evaluations (a
+    partial Jacobian column counts as one) and keeping the rows of the latest."""
 
+    base: CostParams
+    parameters: tuple[FitParameter, ...]
+    jobs: int
+    client: Any
     calls: int = 0
     results: list[RowResult] = field(default_factory=list)
+
+    def errors(self, values: np.ndarray, rows: list[dict[str, Any]]) -> np.ndarray:
+        """Each row's log error with the fitted parameters at `values` (NaN where it fails)."""
+        self.calls += 1
+        self.results = validate_rows(rows, _with_values(self.base, self.parameters, values),
+                                     self.jobs, client=self.client)
+        return _errors(self.results)
+
+
+@dataclass(frozen=True, slots=True)
+class _Box:
+    """The fitted parameters' bounds."""
+
+    lower: np.ndarray
+    upper: np.ndarray
+
+    @property
+    def width(self) -> np.ndarray:
+        return self.upper - self.lower
+
+
+@dataclass(frozen=True, slots=True)
+class _Point:
+    """Values of the fitted parameters, the fitted rows' residuals there and their results."""
+
+    x: np.ndarray
+    residual: np.ndarray
+    results: list[RowResult]
 
 
 def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAULT_FIT, *,
@@ -311,95 +343,43 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     only the Jacobian is measured and the spread is that of the start values. `progress`
     hears (evaluations so far, a one-line account of the latest) after every evaluation.
     The rows run in `jobs` processes, or on a Dask `client`'s cluster (validate_rows)."""
-    lower = np.array([p.lower for p in parameters])
-    upper = np.array([p.upper for p in parameters])
-    width = upper - lower
-    x = np.clip([params_value(base, p.key) for p in parameters], lower, upper)
-    start = {p.key: float(v) for p, v in zip(parameters, x)}
-    counter = _Counter()
-
-    def errors(values: np.ndarray, subset: list[dict[str, Any]]) -> np.ndarray:
-        counter.calls += 1
-        counter.results = validate_rows(subset, _with_values(base, parameters, values), jobs,
-                                        client=client)
-        return _errors(counter.results)
-
-    first = errors(x, rows)
-    initial_results = counter.results
+    box = _Box(np.array([p.lower for p in parameters]), np.array([p.upper for p in parameters]))
+    x = np.clip([params_value(base, p.key) for p in parameters], box.lower, box.upper)
+    evaluations = _Evaluations(base, parameters, jobs, client)
+    first = evaluations.errors(x, rows)
+    initial_results = evaluations.results
     used = [row for row, e in zip(rows, first) if not math.isnan(e)]
     if not used:
         reason = next((r.reason for r in initial_results if r.reason), "no measurement")
         raise ValueError(f"calibrate: none of the {len(rows)} rows to fit ran (first failure: "
                          f"{reason}); nothing to fit")
-    residual = first[~np.isnan(first)]
-    failed = len(rows) - len(used)
-    initial_rms, initial_objective = _rms(residual), loss.objective(residual)
+    start = _Point(x, first[~np.isnan(first)],
+                   [r for r, e in zip(initial_results, first) if not math.isnan(e)])
     tell = progress or (lambda evaluation, message: None)
-    tell(counter.calls, f"objective {initial_objective:.4f}, rms log error {initial_rms:.4f} "
-                        "(start)")
+    tell(evaluations.calls, f"objective {loss.objective(start.residual):.4f}, rms log error "
+                            f"{_rms(start.residual):.4f} (start)")
     scenarios = [scenario_or_none(row) for row in used]
     touched = _touched_rows(parameters, scenarios, _with_values(base, parameters, x))
     short = [short_row(row, scenario) for row, scenario in zip(used, scenarios)]
-    short_residual = errors(x, short)
-    tell(counter.calls, "short steps for the Jacobian")
-    jacobian = np.zeros((len(used), len(parameters)))
-    measured = np.array([indices.size == 0 for indices in touched])
-    for column, indices in enumerate(touched):
-        if indices.size == 0 or counter.calls >= max_evaluations:
-            continue
-        measured[column] = True
-        step = 0.05 * width[column] * (1 if x[column] + 0.05 * width[column] <= upper[column]
-                                       else -1)
-        probe = x.copy()
-        probe[column] += step
-        moved = errors(probe, [short[i] for i in indices])
-        jacobian[indices, column] = (moved - short_residual[indices]) / step
-        tell(counter.calls, f"Jacobian column {column + 1} of {len(parameters)}, "
-                            f"{parameters[column].key} ({indices.size} rows)")
-    damping, stopped = 1e-3, False
-    # Rows no fitted parameter touches keep their residual: each step re-simulates the rest.
-    moving = np.unique(np.concatenate([np.arange(0), *touched])).astype(int)
-    best = (x, residual, [r for r, e in zip(initial_results, first) if not math.isnan(e)])
-    try:
-        while steps and counter.calls < max_evaluations and residual.size:
-            weights = loss.weights(residual)
-            step = _damped_step(jacobian * weights[:, None], residual * weights, x, lower,
-                                upper, width, damping)
-            if np.all(np.abs(step) < 1e-6 * width):
-                break
-            trial = residual.copy()
-            trial[moving] = errors(x + step, [used[i] for i in moving])
-            if np.isnan(trial).any():
-                raise ValueError("calibrate: a row that ran at the start failed at trial "
-                                 f"values {dict(zip((p.key for p in parameters), x + step))}")
-            jacobian += np.outer(trial - residual - jacobian @ step, step) / (step @ step)
-            improvement = loss.objective(residual) - loss.objective(trial)
-            tell(counter.calls, f"objective {loss.objective(trial):.4f}, rms log error "
-                                f"{_rms(trial):.4f} "
-                                f"(step {'kept' if improvement > 0 else 'rejected'})")
-            if improvement > 0:
-                results = list(best[2])
-                for i, result in zip(moving, counter.results):
-                    results[i] = result
-                best = (x + step, trial, results)
-                x, residual, damping = best[0], best[1], damping / 3
-                if improvement < 1e-5:
-                    break
-            else:
-                damping *= 4
-    except KeyboardInterrupt:
-        stopped = True
-    x, residual, final_results = best
-    spread = parameter_spread([p.key for p in parameters], jacobian, residual,
-                              loss.weights(residual), x, lower, upper, measured)
-    return FitResult(params=_with_values(base, parameters, x),
-                     values={p.key: float(v) for p, v in zip(parameters, x)},
-                     initial_rms_log_error=initial_rms, final_rms_log_error=_rms(residual),
-                     rows_used=len(used), rows_failed=failed, evaluations=counter.calls,
-                     loss=loss, initial_objective=initial_objective,
-                     final_objective=loss.objective(residual),
-                     start_values=start, initial_rows=tuple(initial_results),
-                     final_rows=tuple(final_results), stopped=stopped, spread=spread,
+    jacobian, measured = _jacobian(evaluations, x, box, short, touched, max_evaluations, tell)
+    best, stopped = start, False
+    if steps:
+        best, jacobian, stopped = _descend(evaluations, used, start, box, jacobian, touched,
+                                           loss, max_evaluations, tell)
+    spread = parameter_spread([p.key for p in parameters], jacobian, best.residual,
+                              loss.weights(best.residual), best.x, box.lower, box.upper,
+                              measured)
+    return FitResult(params=_with_values(base, parameters, best.x),
+                     values={p.key: float(v) for p, v in zip(parameters, best.x)},
+                     initial_rms_log_error=_rms(start.residual),
+                     final_rms_log_error=_rms(best.residual),
+                     rows_used=len(used), rows_failed=len(rows) - len(used),
+                     evaluations=evaluations.calls, loss=loss,
+                     initial_objective=loss.objective(start.residual),
+                     final_objective=loss.objective(best.residual),
+                     start_values={p.key: float(v) for p, v in zip(parameters, x)},
+                     initial_rows=tuple(initial_results), final_rows=tuple(best.results),
+                     stopped=stopped, spread=spread,
                      rows_touched={p.key: int(indices.size)
                                    for p, indices in zip(parameters, touched)})
 
@@ -408,16 +388,88 @@ def _rms(errors: np.ndarray) -> float:
     return float(np.sqrt(np.mean(errors ** 2))) if errors.size else math.nan
 
 
-def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, lower: np.ndarray,
-                 upper: np.ndarray, width: np.ndarray, damping: float) -> np.ndarray:
+def _jacobian(evaluations: _Evaluations, x: np.ndarray, box: _Box,
+              short: list[dict[str, Any]], touched: list[np.ndarray], max_evaluations: int,
+              tell: Callable[[int, str], None]) -> tuple[np.ndarray, np.ndarray]:
+    """Forward differences on the `short` rows at `x`: a column per fitted parameter, from the
+    rows it touches, 5 % of its range up (down where up leaves its bounds). Also which columns
+    are measured: a column no row touches is (zero); one that `max_evaluations` leaves out is
+    not, and stays zero."""
+    parameters = evaluations.parameters
+    short_residual = evaluations.errors(x, short)
+    tell(evaluations.calls, "short steps for the Jacobian")
+    jacobian = np.zeros((len(short), len(parameters)))
+    measured = np.array([indices.size == 0 for indices in touched])
+    for column, indices in enumerate(touched):
+        if indices.size == 0 or evaluations.calls >= max_evaluations:
+            continue
+        measured[column] = True
+        width = box.width[column]
+        step = 0.05 * width * (1 if x[column] + 0.05 * width <= box.upper[column] else -1)
+        probe = x.copy()
+        probe[column] += step
+        moved = evaluations.errors(probe, [short[i] for i in indices])
+        jacobian[indices, column] = (moved - short_residual[indices]) / step
+        tell(evaluations.calls, f"Jacobian column {column + 1} of {len(parameters)}, "
+                                f"{parameters[column].key} ({indices.size} rows)")
+    return jacobian, measured
+
+
+def _descend(evaluations: _Evaluations, rows: list[dict[str, Any]], start: _Point, box: _Box,
+             jacobian: np.ndarray, touched: list[np.ndarray], loss: Loss, max_evaluations: int,
+             tell: Callable[[int, str], None]) -> tuple[_Point, np.ndarray, bool]:
+    """Damped Gauss-Newton steps from `start` down the rows' loss, each judged on the rows'
+    whole steps, the Jacobian kept current by Broyden updates, until `max_evaluations`, a
+    negligible step or gain, or an interrupt (KeyboardInterrupt). Returns the best point, the
+    Jacobian and whether it was interrupted."""
+    # Rows no fitted parameter touches keep their residual: each step re-simulates the rest.
+    moving = np.unique(np.concatenate([np.arange(0), *touched])).astype(int)
+    best, damping = start, 1e-3
+    try:
+        while evaluations.calls < max_evaluations and best.residual.size:
+            weights = loss.weights(best.residual)
+            step = _damped_step(jacobian * weights[:, None], best.residual * weights, best.x,
+                                box, damping)
+            if np.all(np.abs(step) < 1e-6 * box.width):
+                break
+            trial = best.residual.copy()
+            trial[moving] = evaluations.errors(best.x + step, [rows[i] for i in moving])
+            if np.isnan(trial).any():
+                values = {p.key: float(v)
+                          for p, v in zip(evaluations.parameters, best.x + step)}
+                raise ValueError(f"calibrate: a row that ran at the start failed at trial "
+                                 f"values {values}")
+            jacobian = jacobian + (np.outer(trial - best.residual - jacobian @ step, step)
+                                   / (step @ step))
+            improvement = loss.objective(best.residual) - loss.objective(trial)
+            tell(evaluations.calls, f"objective {loss.objective(trial):.4f}, rms log error "
+                                    f"{_rms(trial):.4f} "
+                                    f"(step {'kept' if improvement > 0 else 'rejected'})")
+            if improvement <= 0:
+                damping *= 4
+                continue
+            results = list(best.results)
+            for i, result in zip(moving, evaluations.results):
+                results[i] = result
+            best, damping = _Point(best.x + step, trial, results), damping / 3
+            if improvement < 1e-5:
+                break
+    except KeyboardInterrupt:
+        return best, jacobian, True
+    return best, jacobian, False
+
+
+def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, box: _Box,
+                 damping: float) -> np.ndarray:
     """The bounded Levenberg-Marquardt step: min |J d + r|^2 + damping |d / width|^2 * |J|^2
     with lower <= x + d <= upper (scaled by each parameter's range)."""
-    scaled = jacobian * width
+    scaled = jacobian * box.width
     scale = max(float(np.linalg.norm(scaled)), 1e-12)
     matrix = np.vstack([scaled, math.sqrt(damping) * scale * np.eye(len(x))])
     target = np.concatenate([-residual, np.zeros(len(x))])
-    solution = lsq_linear(matrix, target, bounds=((lower - x) / width, (upper - x) / width))
-    return np.asarray(solution.x) * width
+    solution = lsq_linear(matrix, target, bounds=((box.lower - x) / box.width,
+                                                  (box.upper - x) / box.width))
+    return np.asarray(solution.x) * box.width
 
 
 def provenance(data: str | Path, command: str, files: tuple[str, ...] = ()) -> dict[str, Any]:
