@@ -354,26 +354,34 @@ def _calibrate(args: argparse.Namespace) -> int:
                   if key not in fitted_keys} if carried else {})
         document = calibration_document(result, parameters, origin, fixed)
         write_calibration(args.output, document)
-        print(format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
-                             "std error": _std_error_text(entry),
-                             "rows": entry.get("rows", ""),
-                             "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
-                             "meaning": entry["meaning"]}
-                            for key, entry in document["parameters"].items()]))
-        print(_correlations_text(result.spread))
-        fitted = [asdict(r) for r in result.final_rows]
-        print(format_validation(fitted, _summary(list(result.final_rows), rows, by)))
-        print(f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} "
-              f"-> {result.final_objective:.4f}; rms log error "
-              f"{result.initial_rms_log_error:.4f} -> {result.final_rms_log_error:.4f} over "
-              f"{result.rows_used} row{'s' if result.rows_used != 1 else ''} "
-              f"({result.rows_failed} failed); written to {args.output}"
-              + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else ""))
+        print(_fit_text(document, result, rows, by, args.output))
         if held:
             predicted = validate_rows(held, result.params, jobs=args.jobs, client=client)
             print(f"\nheld out ({args.hold_out}), predicted with the fitted parameters:")
             print(format_validation([asdict(r) for r in predicted], _summary(predicted, held, by)))
         return 0
+
+
+def _fit_text(document: dict[str, Any], result: FitResult, rows: list[dict[str, Any]],
+              by: tuple[str, ...], output: str) -> str:
+    """What calibrate prints of a fit: each parameter, the pairs that trade against each
+    other, the fitted rows' errors and the objective."""
+    loss = result.loss
+    return "\n".join([
+        format_table([{"parameter": key, "value": f"{entry['value']:.3g}",
+                       "std error": _std_error_text(entry), "rows": entry.get("rows", ""),
+                       "bounds": f"{entry['bounds'][0]:g} .. {entry['bounds'][1]:g}",
+                       "meaning": entry["meaning"]}
+                      for key, entry in document["parameters"].items()]),
+        _correlations_text(result.spread),
+        format_validation([asdict(r) for r in result.final_rows],
+                          _summary(list(result.final_rows), rows, by)),
+        f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} -> "
+        f"{result.final_objective:.4f}; rms log error {result.initial_rms_log_error:.4f} -> "
+        f"{result.final_rms_log_error:.4f} over {result.rows_used} "
+        f"row{'s' if result.rows_used != 1 else ''} ({result.rows_failed} failed); written to "
+        f"{output}" + (f" (stopped after {result.evaluations} evaluations)"
+                       if result.stopped else "")])
 
 
 def _std_error_text(entry: dict[str, Any]) -> str:
