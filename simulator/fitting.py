@@ -218,46 +218,61 @@ def touches(key: str, scenario: Scenario, params: CostParams) -> bool:
     if name == "unfused_permute_slowdown":
         return scenario.model.is_moe and not recipe.permute_fusion
     if name in ("comm_efficiency", "collective_overhead_s"):
-        algorithm = entry.split("-")[0]
-        if key == "comm_efficiency.deepep-nvlink" and recipe.deepep_nvlink_efficiency is not None:
-            return False
-        fabric = entry.partition("-")[2]
-        if fabric == "network" and scenario.plan.num_gpus <= scenario.nvlink_domain_gpus:
-            return False  # one NVLink domain holds the whole job: nothing crosses a NIC
-        if fabric == "network" and algorithm in DISPATCHERS and not _ep_spans_domains(scenario):
-            return False  # every expert-parallel group inside one NVLink domain
-        read = nvlink_fabric(scenario.nvlink_domain_gpus)
-        if name == "comm_efficiency" and fabric == NVLINK8 and read != NVLINK8:
-            return False
-        if (name == "comm_efficiency" and fabric == "nvlink" and read == NVLINK8
-                and comm_key(params.comm_efficiency, algorithm, NVLINK8) != entry):
-            return False
-        return algorithm not in DISPATCHERS or (
-            scenario.model.is_moe and recipe.dispatcher == algorithm)
+        return _touches_comm(name, entry, scenario, params)
     if name in ("gemm_efficiency", "grouped_gemm_efficiency", "attention_efficiency"):
-        architecture, _, precision = entry.rpartition("-")
-        if name == "grouped_gemm_efficiency" and architecture.partition("-")[0] != FUSED and (
-                not scenario.model.is_moe or fuses_grouped_mlp(recipe)):
-            return False  # no routed experts, or all of them in the fused MLP
-        if architecture.partition("-")[0] == FUSED:
-            return (name == "grouped_gemm_efficiency" and scenario.model.is_moe
-                    and fuses_grouped_mlp(recipe)
-                    and entry == efficiency_key(params.grouped_gemm_efficiency,
-                                                f"{FUSED}-{gpu.architecture}", precision))
-        if architecture == "window":
-            return name == "attention_efficiency" and scenario.model.sliding_window is not None
-        if name == "attention_efficiency":
-            return entry == efficiency_key(params.attention_efficiency, gpu.architecture,
-                                           "fp8" if recipe.fp8_attention else "bf16",
-                                           scenario.model.query_key_head_dim)
-        if architecture.startswith("logits-"):
-            return architecture.removeprefix("logits-") == gpu.architecture
-        if precision != "bf16" and peak_key(recipe.precision) != precision:
-            return False
-        if architecture:
-            return gpu.architecture == architecture
-        return f"{gpu.architecture}-{precision}" not in getattr(params, name)
+        return _touches_efficiency(name, entry, scenario, params)
     return True
+
+
+def _touches_comm(name: str, entry: str, scenario: Scenario, params: CostParams) -> bool:
+    """`touches` for a collective's efficiency or overhead (`name`) on a fabric, its `entry`
+    ALGORITHM-FABRIC."""
+    algorithm, _, fabric = entry.partition("-")
+    recipe = scenario.recipe
+    if (name == "comm_efficiency" and entry == "deepep-nvlink"
+            and recipe.deepep_nvlink_efficiency is not None):
+        return False
+    if fabric == "network" and scenario.plan.num_gpus <= scenario.nvlink_domain_gpus:
+        return False  # one NVLink domain holds the whole job: nothing crosses a NIC
+    if fabric == "network" and algorithm in DISPATCHERS and not _ep_spans_domains(scenario):
+        return False  # every expert-parallel group inside one NVLink domain
+    read = nvlink_fabric(scenario.nvlink_domain_gpus)
+    if name == "comm_efficiency" and fabric == NVLINK8 and read != NVLINK8:
+        return False
+    if (name == "comm_efficiency" and fabric == "nvlink" and read == NVLINK8
+            and comm_key(params.comm_efficiency, algorithm, NVLINK8) != entry):
+        return False
+    return algorithm not in DISPATCHERS or (
+        scenario.model.is_moe and recipe.dispatcher == algorithm)
+
+
+def _touches_efficiency(name: str, entry: str, scenario: Scenario, params: CostParams) -> bool:
+    """`touches` for a GEMM, grouped GEMM or attention efficiency (`name`), its `entry`
+    [ARCHITECTURE-]PRECISION."""
+    architecture, _, precision = entry.rpartition("-")
+    recipe, gpu = scenario.recipe, system_gpu(scenario.system)
+    fused = architecture.partition("-")[0] == FUSED
+    if name == "grouped_gemm_efficiency" and not fused and (
+            not scenario.model.is_moe or fuses_grouped_mlp(recipe)):
+        return False  # no routed experts, or all of them in the fused MLP
+    if fused:
+        return (name == "grouped_gemm_efficiency" and scenario.model.is_moe
+                and fuses_grouped_mlp(recipe)
+                and entry == efficiency_key(params.grouped_gemm_efficiency,
+                                            f"{FUSED}-{gpu.architecture}", precision))
+    if architecture == "window":
+        return name == "attention_efficiency" and scenario.model.sliding_window is not None
+    if name == "attention_efficiency":
+        return entry == efficiency_key(params.attention_efficiency, gpu.architecture,
+                                       "fp8" if recipe.fp8_attention else "bf16",
+                                       scenario.model.query_key_head_dim)
+    if architecture.startswith("logits-"):
+        return architecture.removeprefix("logits-") == gpu.architecture
+    if precision != "bf16" and peak_key(recipe.precision) != precision:
+        return False
+    if architecture:
+        return gpu.architecture == architecture
+    return f"{gpu.architecture}-{precision}" not in getattr(params, name)
 
 
 def _ep_spans_domains(scenario: Scenario) -> bool:
