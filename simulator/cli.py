@@ -19,6 +19,8 @@ handlers of the single-run and catalog commands.
     moesim show system gb300-nvl72 --gpus 256 --domain-size 64 --png gb300.png
 
 The scenario flags shared by run, compare, scale and report live in simulator.cli_scenario.
+The figures (matplotlib) and the fit's solver (scipy) are imported where a command draws or
+fits: a second of imports that `moesim run` without --gantt would pay for nothing.
 Every error is one line on stderr and exit status 2; nothing is written unless the run worked.
 """
 
@@ -38,11 +40,8 @@ from typing import Any, Sequence
 from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
 from reports.files import check_figure_path, check_output_path
-from reports.gantt import write_gantt
 from reports.summary import format_summary, run_title
 from reports.tables import format_table
-from reports.topology_plot import draw_topology
-from reports.validation_plot import write_validation_plot
 from reports.validation_table import format_validation
 from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
                                summarise, summary_rows)
@@ -127,6 +126,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.trace:
         write_chrome_trace(args.trace, trace_rows(result))
     if args.gantt:
+        from reports.gantt import write_gantt
+
         write_gantt(args.gantt, pipeline_rows(result), title=run_title(document))
     print(json.dumps(document, indent=1) if args.json else format_summary(document))
     return 0
@@ -149,6 +150,8 @@ def _show(args: argparse.Namespace) -> int:
     summary = summarise(system, topology)
     png = args.png or f"{system.name}-{topology.num_gpus}.png"
     check_figure_path(png)
+    from reports.topology_plot import draw_topology
+
     draw_topology(drawing_data(system, topology), png)
     if args.json:
         print(json.dumps({**summary, "png": png}, indent=1))
@@ -461,6 +464,8 @@ def _validate(args: argparse.Namespace) -> int:
     rows = [asdict(r) for r in results]
     summary = _summary(results, measurements, by)
     if args.plot:
+        from reports.validation_plot import write_validation_plot
+
         median = summary["median_abs_error_pct"]
         write_validation_plot(rows, args.plot, f"moesim vs {Path(args.csv).name} " + (
             "(no row ran)" if median is None else f"(median |error| {median:.1f} %)"),

@@ -26,9 +26,6 @@ from workloads.recipe_files import load_recipe
 from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 
 from reports.files import check_output_folder
-from reports.html_report import run_sections, study_sections, write_report
-from reports.study_charts import (compare_figures, scale_figures, study_breakdown_rows,
-                                  study_summary_rows, write_study)
 from reports.summary import run_title
 from reports.tables import format_table
 from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags,
@@ -167,6 +164,8 @@ def _compare(args: argparse.Namespace) -> int:
                    for name in _names(args.recipes, "recipes")]
         frame = compare_recipes(base, recipes, published=published, adjust=adjust)
         title = f"{base.model.name} on {base.plan.num_gpus} x {base.system.name}"
+    from reports.study_charts import compare_figures
+
     return _study_output(args, "compare", frame, compare_figures(frame, title))
 
 
@@ -194,11 +193,15 @@ def _scale(args: argparse.Namespace) -> int:
     frame = scale(base, counts, weak=args.weak)
     title = (f"{base.model.name} on {base.system.name}, "
              f"{'weak' if args.weak else 'strong'} scaling")
+    from reports.study_charts import scale_figures
+
     return _study_output(args, "scale", frame, scale_figures(frame, title))
 
 
 def _study_output(args: argparse.Namespace, name: str, frame: Any,
                   figures: Mapping[str, Any]) -> int:
+    from reports.study_charts import study_breakdown_rows, study_summary_rows, write_study
+
     paths = write_study(args.out, name, frame, figures)
     written = f"written to {args.out}: {', '.join(path.name for path in paths)}"
     if args.json:
@@ -212,6 +215,8 @@ def _study_output(args: argparse.Namespace, name: str, frame: Any,
 
 
 def _report(args: argparse.Namespace) -> int:
+    from reports.html_report import run_sections, study_sections, write_report
+
     check_output_folder(args.out)
     if args.study:
         if given := scenario_flags_given(args):

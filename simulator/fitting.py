@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
-from scipy.optimize import lsq_linear
 
 from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
@@ -478,6 +477,8 @@ def _damped_step(jacobian: np.ndarray, residual: np.ndarray, x: np.ndarray, box:
                  damping: float) -> np.ndarray:
     """The bounded Levenberg-Marquardt step: min |J d + r|^2 + damping |d / width|^2 * |J|^2
     with lower <= x + d <= upper (scaled by each parameter's range)."""
+    from scipy.optimize import lsq_linear  # half a second to import: only a fit's steps
+
     scaled = jacobian * box.width
     scale = max(float(np.linalg.norm(scaled)), 1e-12)
     matrix = np.vstack([scaled, math.sqrt(damping) * scale * np.eye(len(x))])

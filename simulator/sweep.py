@@ -30,7 +30,6 @@ import pandas as pd
 from tqdm import tqdm
 
 from reports.files import write_text
-from reports.sweep_charts import write_sweep_charts
 from simulator.dask_cluster import optional_dask_client
 from simulator.errors import one_line
 from simulator.results import result_document
@@ -216,5 +215,7 @@ def run_sweep(spec: SweepSpec, *, out_dir: str | Path | None = None, jobs: int |
     frame = table(text)
     if folder is not None:
         write_text(folder / CSV_NAME, text)
+        from reports.sweep_charts import write_sweep_charts
+
         write_sweep_charts(frame, spec.keys, folder, spec.name)
     return frame

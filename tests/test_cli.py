@@ -2,7 +2,10 @@
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -157,7 +160,7 @@ def test_trace_is_not_written_when_the_run_fails(tmp_path, capsys):
     assert not path.exists()
 
 
-DATA = __import__("pathlib").Path(__file__).parent / "data"
+DATA = Path(__file__).parent / "data"
 
 
 def test_megatron_args_import_equals_the_built_in_scenario(capsys, default_result):
@@ -265,14 +268,13 @@ def test_an_output_that_cannot_be_written_is_refused_before_the_work(
         tmp_path, capsys, monkeypatch, args, work):
     """A 12-minute validation or an hour's fit must not end in "folder does not exist"."""
     import importlib
-    from pathlib import Path
 
     module, function = work.split(".")
 
     def never(*args, **kwargs):
         raise AssertionError(f"{work} ran before the output was checked")
     monkeypatch.setattr(importlib.import_module(f"simulator.{module}"), function, never)
-    fixture = Path(__file__).parent / "data" / "validate_three.csv"
+    fixture = DATA / "validate_three.csv"
     a_file = tmp_path / "a-file"
     a_file.write_text("")
     filled = [a.format(missing=tmp_path / "missing", folder=tmp_path, fixture=fixture,
@@ -299,3 +301,18 @@ def test_compare_puts_the_release_on_the_models_preset_for_each_system(capsys, t
         run = _run_json(capsys, *plan, "--system", system)
         assert points[system] == pytest.approx(run["tokens_per_s_per_gpu"])
     assert same["dgx-h100"] != pytest.approx(points["dgx-h100"])
+
+
+def test_a_run_without_figures_imports_neither_matplotlib_nor_scipy():
+    """The figures and the fit's solver are imported where a command draws or fits: a second
+    of imports that `moesim run` without --gantt does not pay."""
+    fixture = DATA / "validate_three.csv"
+    name = fixture.read_text().splitlines()[1].split(",")[0]
+    code = ("import contextlib, io, sys\n"
+            "from simulator.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    assert main(['run', '--row', {f'{fixture}:{name}'!r}]) == 0\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & {'matplotlib', 'scipy'}))\n")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True).stdout
+    assert loaded.strip() == "[]"
