@@ -7,7 +7,8 @@ column gets one number of decimals for all its cells, the fewest that show every
     3.35, 4.8, 8.0  ->  3.35, 4.80, 8.00        989.4, 1978.9  ->  989.4, 1,978.9
 
 Integers get thousands separators, booleans print as yes/no, missing values and None as "-",
-lists and tuples as comma-separated items.
+lists and tuples as comma-separated items. `counted` writes a count with its noun, "1 row",
+"2 rows".
 """
 
 from __future__ import annotations
@@ -19,6 +20,11 @@ from typing import Any
 MISSING = "-"
 SIGNIFICANT_DIGITS = 4
 MAX_DECIMALS = 2
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """`count` and the noun, plural unless the count is one (`plural`, else noun + "s")."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
 
 
 def _is_number(value: Any) -> bool:

@@ -24,6 +24,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
 from reports.files import save_figure
+from reports.tables import counted
 
 MAX_DRAWN_GPUS = 256
 MAX_DRAWN_DOMAINS = 8
@@ -239,8 +240,7 @@ def _label_nodes(
 def _switch_detail(node: Mapping[str, Any]) -> str:
     if node["kind"] == "leaf":
         return f"rail {node['rail']}"
-    count = node["switches"]
-    return f"{count} switch" if count == 1 else f"{count} switches"
+    return counted(node["switches"], "switch", "switches")
 
 
 def _draw_ellipsis(axes: Any, data: Mapping[str, Any], view: _View) -> None:

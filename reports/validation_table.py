@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from reports.tables import format_table
+from reports.tables import counted, format_table
 
 # The row table's reason column; `_failed_block` prints each failed row's reason whole.
 REASON_COLUMN_CHARS = 60
@@ -69,11 +69,10 @@ def _ladder_block(name: str, ladder: Mapping[str, Any]) -> list[str]:
 
 
 def _repeats_block(found: Mapping[str, Any]) -> list[str]:
-    head = (f"repeats, rows that moesim simulates alike: {found['n_groups']} "
-            f"group{'s' if found['n_groups'] != 1 else ''} of "
-            f"{found['n_rows']} rows, measured {found['median_spread_pct']:.1f} % apart at the "
-            f"median and {found['max_spread_pct']:.1f} % at most\n(one prediction per group "
-            f"misses one of its rows by at least the floor)")
+    head = (f"repeats, rows that moesim simulates alike: {counted(found['n_groups'], 'group')} "
+            f"of {counted(found['n_rows'], 'row')}, measured {found['median_spread_pct']:.1f} % "
+            f"apart at the median and {found['max_spread_pct']:.1f} % at most\n(one prediction "
+            f"per group misses one of its rows by at least the floor)")
     lines = [{"rows": ", ".join(g["rows"]), "on": g["on"],
               "spread %": g["spread_pct"], "floor %": g["floor_pct"],
               "error % (moesim)": ("" if g["error_range_pct"] is None else
@@ -83,8 +82,8 @@ def _repeats_block(found: Mapping[str, Any]) -> list[str]:
 
 
 def _gpu_pairs_block(found: Mapping[str, Any]) -> list[str]:
-    head = (f"GPU pairs, one workload measured on two GPUs: {found['n_pairs']} "
-            f"pair{'s' if found['n_pairs'] != 1 else ''}; the faster GPU's lead predicted "
+    head = (f"GPU pairs, one workload measured on two GPUs: {counted(found['n_pairs'], 'pair')}"
+            f"; the faster GPU's lead predicted "
             f"within {found['median_abs_error_pct']:.1f} % at the median and "
             f"{found['max_abs_error_pct']:.1f} % at most ({found['mean_error_pct']:+.1f} % on "
             f"average); the measured faster GPU predicted faster in {found['same_faster']} of "

@@ -41,7 +41,7 @@ from reports.calibration_file import write_calibration
 from reports.chrome_trace import write_chrome_trace
 from reports.files import check_figure_path, check_output_path
 from reports.summary import format_summary, run_title
-from reports.tables import format_table
+from reports.tables import counted, format_table
 from reports.validation_table import format_validation
 from simulator.catalog import (CATALOG_TABLES, build_system, catalog_rows, drawing_data,
                                summarise, summary_rows)
@@ -381,10 +381,9 @@ def _fit_text(document: dict[str, Any], result: FitResult, rows: list[dict[str, 
                           _summary(list(result.final_rows), rows, by)),
         f"{loss.name} loss (scale {loss.scale:g}) objective {result.initial_objective:.4f} -> "
         f"{result.final_objective:.4f}; rms log error {result.initial_rms_log_error:.4f} -> "
-        f"{result.final_rms_log_error:.4f} over {result.rows_used} "
-        f"row{'s' if result.rows_used != 1 else ''} ({result.rows_failed} failed); written to "
-        f"{output}" + (f" (stopped after {result.evaluations} evaluations)"
-                       if result.stopped else "")])
+        f"{result.final_rms_log_error:.4f} over {counted(result.rows_used, 'row')} "
+        f"({result.rows_failed} failed); written to {output}"
+        + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else "")])
 
 
 def _std_error_text(entry: dict[str, Any]) -> str:

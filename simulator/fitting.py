@@ -38,6 +38,7 @@ from workloads.blocks import fuses_grouped_mlp
 from workloads.parallelism import ep_group
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
+from reports.tables import counted
 from simulator.calibration import (FIRST_PRINCIPLES, FUSED, NVLINK8, CostParams, comm_key,
                                    efficiency_key, nvlink_fabric, params_value, params_with)
 from simulator.costs import peak_key, runs_per_tensor_fp8
@@ -425,7 +426,7 @@ def _jacobian(evaluations: _Evaluations, x: np.ndarray, box: _Box,
         moved = evaluations.errors(probe, [short[i] for i in indices])
         jacobian[indices, column] = (moved - short_residual[indices]) / step
         tell(evaluations.calls, f"Jacobian column {column + 1} of {len(parameters)}, "
-                                f"{parameters[column].key} ({indices.size} rows)")
+                                f"{parameters[column].key} ({counted(indices.size, 'row')})")
     return jacobian, measured
 
 

@@ -12,7 +12,7 @@ from matplotlib.collections import LineCollection, PathCollection
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from reports.tables import format_table
+from reports.tables import counted, format_table
 from reports.topology_plot import draw_topology
 from simulator.catalog import build_system, drawing_data, summarise, system_summary
 from simulator.cli import main
@@ -244,3 +244,8 @@ def test_format_table_picks_columns_and_rounds_to_four_digits():
     assert [line.split()[0] for line in format_table(rows).splitlines()[2:]] == [
         "1,978.9", "989.4"]
     assert format_table([{"a": 1978.9}]).splitlines()[2].strip() == "1,979"
+
+
+def test_a_count_takes_the_plural_unless_it_is_one():
+    assert [counted(n, "row") for n in (0, 1, 2)] == ["0 rows", "1 row", "2 rows"]
+    assert counted(3, "switch", "switches") == "3 switches"
