@@ -105,7 +105,8 @@ def format_validation(rows: Sequence[Mapping[str, Any]], summary: Mapping[str, A
     repeated measurements (`summary["repeats"]`, simulator.repeats) and the pairs of rows
     that ran one workload on two GPUs (`summary["gpu_pairs"]`, simulator.gpu_pairs)."""
     blocks = [format_table([_row_line(r) for r in rows]), "",
-              f"{summary['n']} rows, {summary['n_failed']} failed", *_failed_block(rows), "",
+              f"{counted(summary['n'], 'row')}, {summary['n_failed']} failed",
+              *_failed_block(rows), "",
               format_table(_stat_rows(summary))]
     for name, ladder in summary.get("ladders", {}).items():
         blocks += ["", *_ladder_block(name, ladder)]

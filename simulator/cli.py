@@ -281,7 +281,8 @@ def _only(rows: list[dict[str, Any]], selections: list[str]) -> list[dict[str, A
     for selection in selections:
         matched, _ = _matching(rows, selection, "--only")
         if not matched:
-            raise ValueError(f"--only {selection!r}: matches none of the {len(rows)} rows left")
+            raise ValueError(f"--only {selection!r}: matches none of the rows left "
+                             f"({counted(len(rows), 'row')})")
         rows = matched
     return rows
 
@@ -383,7 +384,8 @@ def _fit_text(document: dict[str, Any], result: FitResult, rows: list[dict[str, 
         f"{result.final_objective:.4f}; rms log error {result.initial_rms_log_error:.4f} -> "
         f"{result.final_rms_log_error:.4f} over {counted(result.rows_used, 'row')} "
         f"({result.rows_failed} failed); written to {output}"
-        + (f" (stopped after {result.evaluations} evaluations)" if result.stopped else "")])
+        + (f" (stopped after {counted(result.evaluations, 'evaluation')})"
+           if result.stopped else "")])
 
 
 def _std_error_text(entry: dict[str, Any]) -> str:

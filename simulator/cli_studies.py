@@ -27,7 +27,7 @@ from workloads.recipes import RECIPES, Recipe, recipe, recipe_with
 
 from reports.files import check_output_folder
 from reports.summary import run_title
-from reports.tables import format_table
+from reports.tables import counted, format_table
 from simulator.cli_scenario import (add_scenario_flags, apply_scenario_flags,
                                     note_unused_calibration, precision_for_system,
                                     run_document, scenario_flags_given,
@@ -244,7 +244,7 @@ def _sweep(args: argparse.Namespace) -> int:
                       progress=True)
     failed = int((frame["status"] != "ok").sum())
     where = f"; sweep.csv and charts in {args.out}" if args.out else ""
-    status = f"{len(frame)} points, {failed} failed{where}"
+    status = f"{counted(len(frame), 'point')}, {failed} failed{where}"
     if args.json:
         print(json.dumps(table_records(frame), indent=1))
         print(f"moesim: {status}", file=sys.stderr)

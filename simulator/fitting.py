@@ -366,8 +366,8 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     used = [row for row, e in zip(rows, first) if not math.isnan(e)]
     if not used:
         reason = next((r.reason for r in initial_results if r.reason), "no measurement")
-        raise ValueError(f"calibrate: none of the {len(rows)} rows to fit ran (first failure: "
-                         f"{reason}); nothing to fit")
+        raise ValueError(f"calibrate: {counted(len(rows), 'row')} to fit, none ran (first "
+                         f"failure: {reason}); nothing to fit")
     start = _Point(x, first[~np.isnan(first)],
                    [r for r, e in zip(initial_results, first) if not math.isnan(e)])
     tell = progress or (lambda evaluation, message: None)
@@ -538,10 +538,10 @@ def rerun_differences(document: Mapping[str, Any], origin: Mapping[str, Any],
     differences = []
     if document.get("data_sha256") not in (None, origin["data_sha256"]):
         differences.append(f"its data ({document.get('data')}) had another SHA-256")
-    counts = (document.get("rows_used"), document.get("rows_failed", 0))
-    if all(isinstance(n, int) for n in counts) and sum(counts) != rows:
-        differences.append(f"it fitted {sum(counts)} rows, this fit {rows} (its command: "
-                           f"{document.get('command')})")
+    used, failed = document.get("rows_used"), document.get("rows_failed", 0)
+    if isinstance(used, int) and isinstance(failed, int) and used + failed != rows:
+        differences.append(f"it fitted {counted(used + failed, 'row')}, this fit {rows} (its "
+                           f"command: {document.get('command')})")
     return differences
 
 

@@ -40,6 +40,7 @@ from workloads.recipe_files import load_recipe
 from workloads.recipes import (GB200_GUIDE, RECIPES, Recipe, guide_step_recipe, recipe,
                                recipe_with)
 
+from reports.tables import counted
 from simulator.calibration import DEFAULT_PARAMS, CostParams
 from simulator.metrics import StepMetrics
 from simulator.scenario import Scenario, default_domain_size
@@ -270,8 +271,8 @@ def find_row(spec: str) -> dict[str, Any]:
     for row in rows:
         if row["name"] == name:
             return row
-    raise ValueError(f"--row {spec!r}: {path} has no row named {name!r} ({len(rows)} rows; "
-                     f"`moesim validate {path}` lists them)")
+    raise ValueError(f"--row {spec!r}: {path} has no row named {name!r} "
+                     f"({counted(len(rows), 'row')}; `moesim validate {path}` lists them)")
 
 
 def row_comparison(row: dict[str, Any], scenario: Scenario,

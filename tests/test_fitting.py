@@ -432,7 +432,7 @@ def test_a_head_dim_key_starts_from_the_value_the_cost_model_falls_back_to():
     (["--parameters", "host_launch_s,grace_host_slowdown,host_launch_s"],
      "host_launch_s named more than once"),
     (["--parameters", "host_launch_s", "--hold-out", "gpu=h100"],
-     "none of the 1 rows to fit ran (first failure: gpu='x999'")])
+     "1 row to fit, none ran (first failure: gpu='x999'")])
 def test_a_fit_with_nothing_to_fit_gets_one_line_error_and_no_file(
         tmp_path, one_line_error, extra, words):
     """A parameter named twice would give the Jacobian two equal columns; holding out the

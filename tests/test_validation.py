@@ -447,7 +447,7 @@ def test_a_bad_validate_setting_gets_one_line_error(one_line_error, setting, wor
 
 
 @pytest.mark.parametrize("selection, words", [
-    ("gpu=b200", ["--only 'gpu=b200'", "none of the 3 rows"]),
+    ("gpu=b200", ["--only 'gpu=b200'", "matches none of the rows left (3 rows)"]),
     ("colour=red", ["--only 'colour=red'", "COLUMN=VALUE", "gpu"]),
     ("gpu=", ["COLUMN=VALUE"]),
 ])
