@@ -54,7 +54,8 @@ from simulator.calibration import (DEFAULT_PARAMS, FIRST_PRINCIPLES, CostParams,
                                    calibration_entries, document_values, load_calibration,
                                    params_value, params_with_values, read_calibration_file)
 from simulator.fitting import (DEFAULT_FIT, LOSSES, OPTIONAL_FIT, FitParameter, FitResult, Loss,
-                               calibration_document, fit, provenance, rerun_differences)
+                               calibration_document, fit, outside_bounds, provenance,
+                               rerun_differences)
 from simulator.dask_cluster import optional_dask_client
 from simulator.gpu_pairs import gpu_pairs
 from simulator.ladders import ladders
@@ -350,6 +351,10 @@ def _calibrate(args: argparse.Namespace) -> int:
     start = (document_values(carried_document, carried, "start" if args.rerun else "value")
              if carried else {})
     base = params_with_values(FIRST_PRINCIPLES, {**start, **first_principles})
+    from_file = {key: value for key, value in start.items() if key not in first_principles}
+    for line in outside_bounds(parameters, from_file):
+        print(f"moesim: note: {'--rerun' if args.rerun else '--start'} {carried}: {line}",
+              file=sys.stderr)
     with optional_dask_client(args.scheduler) as client:
         result = _fit_until_stopped(rows, parameters, base, args, loss, progress, client)
         fitted_keys = {p.key for p in parameters}

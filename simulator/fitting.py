@@ -530,6 +530,15 @@ def calibration_document(result: FitResult, parameters: tuple[FitParameter, ...]
     }
 
 
+def outside_bounds(parameters: tuple[FitParameter, ...],
+                   values: Mapping[str, float]) -> list[str]:
+    """A line for each of `parameters` whose value in `values` lies outside its bounds, where
+    the fit starts instead (the nearer bound)."""
+    return [f"{p.key}={values[p.key]:g} lies outside its bounds {p.lower:g} .. {p.upper:g}; "
+            f"the fit starts at {min(max(values[p.key], p.lower), p.upper):g}"
+            for p in parameters if p.key in values and not p.lower <= values[p.key] <= p.upper]
+
+
 def rerun_differences(document: Mapping[str, Any], origin: Mapping[str, Any],
                       rows: int) -> list[str]:
     """Where a fit of `rows` rows from `origin` (its `provenance`) differs from the fit that

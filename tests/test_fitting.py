@@ -281,6 +281,20 @@ def test_a_fit_started_from_a_file_records_its_start_and_begins_there(tmp_path, 
     assert "missing.yaml" in capsys.readouterr().err
 
 
+def test_a_start_value_out_of_bounds_is_named_and_the_fit_begins_at_the_bound(tmp_path, capsys):
+    from simulator.cli import main
+
+    start, out = tmp_path / "start.yaml", tmp_path / "fit.yaml"
+    _write_start(start, {"host_launch_s": 5.0})
+    assert main(["calibrate", str(FIXTURE), "-o", str(out), "--max-evaluations", "1",
+                 "--parameters", "host_launch_s", "--start", str(start)]) == 0
+    upper = next(p.upper for p in DEFAULT_FIT if p.key == "host_launch_s")
+    assert (f"moesim: note: --start {start}: host_launch_s=5 lies outside its bounds "
+            f"{next(p.lower for p in DEFAULT_FIT if p.key == 'host_launch_s'):g} .. {upper:g}; "
+            f"the fit starts at {upper:g}") in capsys.readouterr().err
+    assert yaml.safe_load(out.read_text())["parameters"]["host_launch_s"]["start"] == upper
+
+
 def test_a_partial_refit_carries_the_start_files_other_values(tmp_path, capsys):
     from simulator.cli import main
 
