@@ -356,18 +356,14 @@ def read_calibration_file(path: str | Path) -> Any:
             from None
 
 
-def _entries(document: Any, path: str | Path) -> dict[str, Any]:
+def calibration_entries(document: Any, path: str | Path) -> dict[str, Any]:
+    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of the document
+    (`read_calibration_file`) of a file `moesim calibrate` wrote to `path`."""
     entries = document.get("parameters") if isinstance(document, dict) else None
     if not isinstance(entries, dict):
         raise ValueError(f"calibration {path}: key 'parameters' must be a mapping of "
                          "key -> {value: number}")
     return {str(key): entry for key, entry in entries.items()}
-
-
-def calibration_entries(document: Any, path: str | Path) -> dict[str, Any]:
-    """The `parameters` mapping (key -> {value, start, bounds, meaning}) of the document
-    (`read_calibration_file`) of a file `moesim calibrate` wrote to `path`."""
-    return _entries(document, path)
 
 
 def _entry_value(entry: Any, name: str) -> Any:
@@ -396,7 +392,7 @@ def document_values(document: Any, path: str | Path, field: str = "value") -> di
         raise ValueError(f"calibration {path}: key 'fixed' must be a mapping of "
                          f"key -> {{value: number}}{', not ' + wrong[0] if wrong else ''}")
     values = {key: float(value) for key, value in held.items()}
-    for key, entry in _entries(document, path).items():
+    for key, entry in calibration_entries(document, path).items():
         if not isinstance(entry, dict):
             raise ValueError(f"calibration {path}: parameters.{key}={entry!r} must be a "
                              f"mapping with a number under {field!r}")
