@@ -348,8 +348,8 @@ def _calibrate(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
 
     first_principles = {p.key: params_value(FIRST_PRINCIPLES, p.key) for p in reset}
-    start = (document_values(carried_document, carried, "start" if args.rerun else "value")
-             if carried else {})
+    file_values = document_values(carried_document, carried) if carried else {}
+    start = document_values(carried_document, carried, "start") if args.rerun else file_values
     base = params_with_values(FIRST_PRINCIPLES, {**start, **first_principles})
     from_file = {key: value for key, value in start.items() if key not in first_principles}
     for line in outside_bounds(parameters, from_file):
@@ -359,7 +359,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         result = _fit_until_stopped(rows, parameters, base, args, loss, progress, client)
         fitted_keys = {p.key for p in parameters}
         fixed = ({key: value for key, value in
-                  {**document_values(carried_document, carried), **first_principles}.items()
+                  {**file_values, **first_principles}.items()
                   if key not in fitted_keys} if carried else {})
         document = calibration_document(result, parameters, origin, fixed)
         write_calibration(args.output, document)

@@ -61,6 +61,10 @@ class FitParameter:
             raise ValueError(f"fit parameter {self.key}: lower={self.lower} must be < "
                              f"upper={self.upper}")
 
+    def clipped(self, value: float) -> float:
+        """`value` moved into the bounds, where a fit starting from it begins."""
+        return min(max(value, self.lower), self.upper)
+
 
 GEMM = "share of the dense {} peak that large {} GEMMs reach on {}"
 FUSED_MLP = "share of the dense FP8 peak that TE's fused MXFP8 grouped MLP reaches on {}"
@@ -359,7 +363,7 @@ def fit(rows: list[dict[str, Any]], parameters: tuple[FitParameter, ...] = DEFAU
     hears (evaluations so far, a one-line account of the latest) after every evaluation.
     The rows run in `jobs` processes, or on a Dask `client`'s cluster (validate_rows)."""
     box = _Box(np.array([p.lower for p in parameters]), np.array([p.upper for p in parameters]))
-    x = np.clip([params_value(base, p.key) for p in parameters], box.lower, box.upper)
+    x = np.array([p.clipped(params_value(base, p.key)) for p in parameters])
     evaluations = _Evaluations(base, parameters, jobs, client)
     first = evaluations.errors(x, rows)
     initial_results = evaluations.results
@@ -535,8 +539,8 @@ def outside_bounds(parameters: tuple[FitParameter, ...],
     """A line for each of `parameters` whose value in `values` lies outside its bounds, where
     the fit starts instead (the nearer bound)."""
     return [f"{p.key}={values[p.key]:g} lies outside its bounds {p.lower:g} .. {p.upper:g}; "
-            f"the fit starts at {min(max(values[p.key], p.lower), p.upper):g}"
-            for p in parameters if p.key in values and not p.lower <= values[p.key] <= p.upper]
+            f"the fit starts at {p.clipped(values[p.key]):g}"
+            for p in parameters if p.key in values and p.clipped(values[p.key]) != values[p.key]]
 
 
 def rerun_differences(document: Mapping[str, Any], origin: Mapping[str, Any],
