@@ -24,7 +24,7 @@ from workloads.recipes import RECIPES, recipe_with
 
 from simulator.calibration import load_calibration
 from simulator.fitting import touches
-from simulator.overrides import apply_settings
+from simulator.overrides import apply_settings, plan_and_recipe_changes
 from simulator.planner import recipe_for, sensible_plan
 from simulator.results import result_document
 from simulator.scenario import (Result, Scenario, default_domain_size, default_scenario,
@@ -191,9 +191,11 @@ def with_model_preset(scenario: Scenario) -> Scenario:
 
 
 def _auto_plan(scenario: Scenario, args: argparse.Namespace) -> Scenario:
-    """The smallest plan that fits (simulator.planner) for the chosen model and system."""
+    """The smallest plan that fits (simulator.planner) for the chosen model and system, with
+    the plan fields that the flags and --set give kept and the recipe as --set leaves it."""
+    plan_changes, recipe_changes = plan_and_recipe_changes([*_plan_settings(args), *args.set])
     recipe_ = recipe_for(scenario.system, scenario.recipe)
-    plan = sensible_plan(scenario.model, scenario.system, recipe_,
-                         seq_len=args.seq or scenario.plan.seq_len,
-                         domain_size=scenario.domain_size, num_gpus=args.gpus)
+    plan = sensible_plan(scenario.model, scenario.system, recipe_with(recipe_, **recipe_changes),
+                         domain_size=scenario.domain_size,
+                         fixed={"seq_len": scenario.plan.seq_len, **plan_changes})
     return replace(scenario, plan=plan, recipe=recipe_)

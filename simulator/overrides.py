@@ -294,11 +294,10 @@ def _split(setting: str) -> tuple[str, str]:
     return key, text
 
 
-def apply_settings(scenario: Scenario, settings: Iterable[str]) -> Scenario:
-    """`scenario` with every `key=value` applied: first the plan keys and the what-ifs that
-    name GPUs, in one change (so `gpus=512, straggler_gpu=300` is valid from 256 GPUs), then
-    the recipe fields, in one change (so `a2a_overlap=false, shared_expert_overlap=true` is
-    valid in either order), then the others in order."""
+def _classified(settings: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any],
+                                                  dict[str, Any], list[tuple[Setter, str, str]]]:
+    """`settings` parsed and sorted: plan fields, what-ifs, recipe fields and the other keys
+    (with their setters); a one-line error for a bad key or a plan, what-if or recipe value."""
     plan: dict[str, Any] = {}
     what_ifs: dict[str, Any] = {}
     recipe: dict[str, Any] = {}
@@ -313,6 +312,22 @@ def apply_settings(scenario: Scenario, settings: Iterable[str]) -> Scenario:
             recipe[recipe_field] = parse_recipe_value(recipe_field, text)
         else:
             others.append((_setter(key), key, text))
+    return plan, what_ifs, recipe, others
+
+
+def plan_and_recipe_changes(settings: Iterable[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The plan fields and the recipe fields that `settings` set, parsed (what --auto-plan
+    keeps while it chooses the rest of the plan)."""
+    plan, _, recipe, _ = _classified(settings)
+    return plan, recipe
+
+
+def apply_settings(scenario: Scenario, settings: Iterable[str]) -> Scenario:
+    """`scenario` with every `key=value` applied: first the plan keys and the what-ifs that
+    name GPUs, in one change (so `gpus=512, straggler_gpu=300` is valid from 256 GPUs), then
+    the recipe fields, in one change (so `a2a_overlap=false, shared_expert_overlap=true` is
+    valid in either order), then the others in order."""
+    plan, what_ifs, recipe, others = _classified(settings)
     if plan or what_ifs:
         scenario = replace(scenario, plan=_new_plan(scenario.plan, plan), **what_ifs)
     if recipe:

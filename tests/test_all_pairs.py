@@ -1,5 +1,7 @@
 """Every catalog model runs on every catalog system at a sensible plan (simulator.planner)."""
 
+import json
+
 import pytest
 
 from simulator.cli import main
@@ -38,5 +40,31 @@ def test_auto_plan_flag_picks_a_plan_that_fits(capsys):
 
 
 def test_no_plan_fits_gets_one_line_error(one_line_error):
-    assert "no plan" in one_line_error(["run", "--model", "kimi-k2", "--system", "dgx-h100",
-                                        "--precision", "fp8-cs", "--auto-plan", "--gpus", "8"])
+    error = one_line_error(["run", "--model", "kimi-k2", "--system", "dgx-h100",
+                            "--precision", "fp8-cs", "--auto-plan", "--gpus", "8", "--tp", "2"])
+    assert "no plan on 8 h100 GPUs fits in memory" in error and ", tp=2" in error
+
+
+def _auto_plan(capsys, *flags: str) -> dict:
+    assert main(["run", "--system", "dgx-h100", "--auto-plan", "--json", *flags]) == 0
+    return json.loads(capsys.readouterr().out)["scenario"]
+
+
+def test_auto_plan_keeps_the_plan_flags_given_and_chooses_the_rest(capsys):
+    # TP8 on 16 GPUs is the smallest plan; with --tp 4 it takes a second stage instead.
+    assert _auto_plan(capsys, "--model", "llama3-70b")["tp"] == 8
+    kept = _auto_plan(capsys, "--model", "llama3-70b", "--tp", "4", "--set", "gbs=64")
+    assert (kept["tp"], kept["pp"], kept["gbs"]) == (4, 2, 64)
+
+
+def test_auto_plan_fits_the_recipe_as_set_changes_it(capsys):
+    # Full recompute keeps Llama 3 8B's activations at MBS 8 inside one GPU: no TP needed.
+    assert _auto_plan(capsys, "--model", "llama3-8b", "--mbs", "8")["tp"] == 2
+    assert _auto_plan(capsys, "--model", "llama3-8b", "--mbs", "8",
+                      "--set", "recompute_modules=full")["tp"] == 1
+
+
+def test_auto_plan_gives_the_all_to_all_overlap_virtual_stages(capsys):
+    overlapped = _auto_plan(capsys)
+    assert overlapped["pp"] > 1 and overlapped["vpp"] == 2
+    assert _auto_plan(capsys, "--set", "a2a_overlap=false")["vpp"] == 1
