@@ -31,7 +31,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from topologies.systems import SystemSpec, load_system, system_gpu
-from workloads.flops import reported_flops_per_token
+from workloads.flops import FLOPS_FORMULAS, reported_flops_per_token
 from workloads.model_presets import model_preset
 from workloads.model_files import YAML_SUFFIXES, load_model, names_file
 from workloads.models import MODELS, ModelSpec
@@ -52,10 +52,15 @@ SYSTEM_OF_GPU = {"gb200": "gb200-nvl72", "gb300": "gb300-nvl72", "b200": "dgx-b2
 # HybridEP 32 (Megatron-Bridge DSv3 recipes), DeepEP 24 (Megatron GB200 guide §2.2.1).
 DISPATCHER_SMS = {"alltoall": 0, "allgather": 0, "deepep": 24, "hybridep": 32}
 REQUIRED_COLUMNS = ("name", "model", "gpu", "num_gpus", "precision", "tp", "pp", "vpp", "ep",
-                    "etp", "cp", "mbs", "gbs", "seq_len", "fsdp", "mtp_layers", "release",
-                    "recompute", "dispatcher", "cuda_graphs", "a2a_overlap", "fp8_attention",
-                    "measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu",
-                    "flops_formula")
+                    "etp", "cp", "mbs", "gbs", "seq_len", "release")
+# Columns a CSV may leave out, read as empty: the release's default flags, the model's own MTP
+# depth, no FSDP; one of the measurements must be there.
+OPTIONAL_COLUMNS = {"fsdp": "0", "mtp_layers": "", "recompute": "", "dispatcher": "",
+                    "cuda_graphs": "", "a2a_overlap": "", "fp8_attention": "", "routing": "",
+                    "measured_tokens_per_s_per_gpu": "", "measured_tflops_per_gpu": "",
+                    "flops_formula": ""}
+# The FLOPs count of a row that measured tokens/s and names no formula (its predicted TFLOP/s).
+DEFAULT_FLOPS_FORMULA = "megatron-causal"
 # An optimisation ladder's row: `ladder-<ladder>-<NN>-<slug>` (data/README.md "Names"); the
 # GB200 guide's is ladder "gb200" (simulator.ladders reports every ladder).
 LADDER_ROW = re.compile(r"ladder-([a-z0-9]+)-(\d\d)\b")
@@ -101,9 +106,11 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
     except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as error:
         raise ValueError(f"{path}: cannot read as CSV ({' '.join(str(error).split())})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if not set(MEASURED_COLUMNS) & set(frame.columns):
+        missing.append(" or ".join(MEASURED_COLUMNS))
     if missing:
         raise ValueError(f"{path}: missing column(s) {', '.join(missing)}")
-    rows = frame.to_dict("records")
+    rows = [{**OPTIONAL_COLUMNS, **row} for row in frame.to_dict("records")]
     if not rows:
         raise ValueError(f"{path}: no rows under the header; give at least one measured run")
     first_line: dict[str, int] = {}
@@ -114,11 +121,9 @@ def read_measurements(path: str | Path) -> list[dict[str, Any]]:
                              f"{first_line[row['name']]}; row names must be unique")
         first_line[row["name"]] = number
         _check_vocabulary(row, where)
-        for column in INTEGER_COLUMNS:
-            if not row[column].strip().isdigit():
-                raise ValueError(f"{where}: {column}={row[column]!r} must be a non-negative "
-                                 f"integer")
+        _check_integers(row, where)
         _check_measured(row, where)
+        row["flops_formula"] = _flops_formula(row, where)
     return rows
 
 
@@ -131,6 +136,28 @@ def _check_vocabulary(row: dict[str, Any], where: str) -> None:
         if value not in allowed:
             shown = ", ".join(repr(a) for a in allowed)
             raise ValueError(f"{where}: {column}={value!r} must be one of {shown}")
+
+
+def _check_integers(row: dict[str, Any], where: str) -> None:
+    """The plan's columns are whole numbers; an empty `mtp_layers` is the model's own depth."""
+    for column in INTEGER_COLUMNS:
+        value = row[column].strip()
+        if column == "mtp_layers" and not value:
+            continue
+        if not value.isdigit():
+            allowed = "a non-negative integer" + (", or empty" if column == "mtp_layers" else "")
+            raise ValueError(f"{where}: {column}={row[column]!r} must be {allowed}")
+
+
+def _flops_formula(row: dict[str, Any], where: str) -> str:
+    """The row's FLOPs formula; Megatron's where it names none and measured tokens/s."""
+    formula = row["flops_formula"].strip()
+    if formula:
+        return formula
+    if not row["measured_tokens_per_s_per_gpu"].strip():
+        raise ValueError(f"{where}: flops_formula is empty; a row measured in TFLOP/s alone "
+                         f"must say how its source counted FLOPs ({', '.join(FLOPS_FORMULAS)})")
+    return DEFAULT_FLOPS_FORMULA
 
 
 def _check_measured(row: dict[str, Any], where: str) -> None:
@@ -237,7 +264,7 @@ def row_system(row: dict[str, Any]) -> SystemSpec:
 def row_scenario(row: dict[str, Any]) -> Scenario:
     """The Scenario a measured row describes."""
     system = row_system(row)
-    integers = {c: int(row[c]) for c in INTEGER_COLUMNS}
+    integers = {c: int(row[c]) for c in INTEGER_COLUMNS if row[c].strip()}
     model = row_model(row)
     recipe_ = row_recipe(row, model)
     plan = ParallelPlan(num_gpus=integers["num_gpus"], tp=integers["tp"], pp=integers["pp"],
@@ -247,7 +274,9 @@ def row_scenario(row: dict[str, Any]) -> Scenario:
                         seq_len=integers["seq_len"],
                         dp_sharding="fsdp" if integers["fsdp"] else "distributed-optimizer")
     domain = default_domain_size(system)
-    return Scenario(system=system, model=model.with_mtp(integers["mtp_layers"]),
+    if "mtp_layers" in integers:
+        model = model.with_mtp(integers["mtp_layers"])
+    return Scenario(system=system, model=model,
                     plan=plan, recipe=recipe_, domain_size=domain)
 
 

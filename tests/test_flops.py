@@ -188,6 +188,16 @@ def test_torchtitan_counts_6n_plus_full_attention_without_mtp():
                                                                                      abs=1e-3)
 
 
+def test_llama3_counts_palms_6n_plus_12lhqt():
+    """Meta's MFU is PaLM's: 6N + 12LHQT per token, N the matmul parameters but the input
+    embedding. Llama 3.1 405B by hand: 126 layers of (2 x 16,384^2 + 2 x 16,384 x 1,024 +
+    3 x 16,384 x 53,248 + 2 x 16,384 norm) parameters, the 16,384 x 128,256 head, the final
+    norm; 12 x 126 x 128 x 128 x 8,192 for attention."""
+    n = 126 * 3_187_703_808 + 16_384 * 128_256 + 16_384
+    by_hand = 6 * n + 12 * 126 * 128 * 128 * 8192
+    assert reported_flops_per_token(model_spec("llama3.1-405b"), 8192, "llama3") == by_hand
+
+
 def test_causal_and_derived_are_megatrons_count_and_unknown_formulas_are_refused():
     dsv3 = model_spec("deepseek-v3")
     assert reported_flops_per_token(dsv3, 4096, "derived") == model_flops_per_token(dsv3, 4096)

@@ -46,7 +46,8 @@ def test_unknown_recipe_lists_known_names() -> None:
     (dict(recompute_modules=("attn",)), "recompute_modules"),
     (dict(recompute_modules=("full", "mlp")), "recompute_modules"),
     (dict(shared_expert_overlap=True), "shared_expert_overlap"),  # a2a overlap is on
-    (dict(recompute_modules=("moe",)), "recompute_modules"),      # a2a overlap forbids 'moe'
+    (dict(recompute_modules=("moe",), a2a_overlap=True), "recompute_modules"),  # forbidden
+    (dict(dispatcher="allgather", dispatcher_sms=0, a2a_overlap=True), "allgather"),
     (dict(precision="bf16", fp8_attention=True), "fp8_attention"),
     (dict(expert_capacity_factor=0.0), "expert_capacity_factor"),
     (dict(grad_reduce_dtype_bytes=1), "grad_reduce_dtype_bytes"),
@@ -64,6 +65,19 @@ def test_a_change_to_bf16_turns_off_the_fp8_only_switches_it_does_not_set() -> N
     bf16 = recipe_with(fp8, precision="bf16")
     assert not bf16.fp8_attention and not bf16.fp8_param_gather
     assert recipe_with(fp8, precision="fp8-cs").fp8_attention
+
+
+@pytest.mark.parametrize("changes", [
+    dict(recompute_modules=("full",)), dict(recompute_modules=("mlp", "moe")),
+    dict(dispatcher="allgather", dispatcher_sms=0),
+])
+def test_a_change_that_megatron_refuses_the_a2a_overlap_beside_turns_it_off(changes) -> None:
+    """Megatron refuses the 1F1B all-to-all overlap beside full or MoE recompute and the
+    all-gather dispatcher: a change to those turns the overlap off unless it sets it too."""
+    base = recipe("mbridge-26.06")
+    assert base.a2a_overlap
+    assert not recipe_with(base, **changes).a2a_overlap
+    assert recipe_with(base, recompute_modules=("mlp",)).a2a_overlap
 
 
 def test_recipe_with_changes_one_feature() -> None:

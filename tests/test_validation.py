@@ -4,13 +4,16 @@ import json
 import signal
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 import simulator.validation as validation
 from reports.validation_table import REASON_COLUMN_CHARS
 from simulator.cli import main
 from simulator.scenario import run_scenario
-from simulator.validation import read_measurements, row_scenario, summarize, validate_rows
+from simulator.validation import (read_measurements, row_recipe, row_scenario, summarize,
+                                  validate_rows)
+from workloads.flops import reported_flops_per_token
 from workloads.model_files import load_model
 
 FIXTURE = Path(__file__).parent / "data" / "validate_three.csv"
@@ -211,8 +214,36 @@ def _first_row_with(column: str, value: str) -> str:
     return "\n".join([lines[0], out.getvalue(), *lines[2:]]) + "\n"
 
 
+def _without_columns(*columns: str) -> str:
+    """The fixture's text without `columns`."""
+    frame = pd.read_csv(FIXTURE, dtype=str, keep_default_na=False)
+    return frame.drop(columns=list(columns)).to_csv(index=False)
+
+
+def test_a_csv_may_leave_out_the_flags_the_formula_and_one_measurement(results, tmp_path):
+    """The columns a CSV may leave out read as empty: the release's default flags, the model's
+    own MTP depth, no FSDP, Megatron's FLOPs count for a row that measured tokens/s."""
+    short_text = _without_columns(
+        "fsdp", "mtp_layers", "recompute", "dispatcher", "cuda_graphs", "a2a_overlap",
+        "fp8_attention", "routing", "measured_tflops_per_gpu", "flops_formula", "source_id",
+        "source")
+    path = tmp_path / "short.csv"
+    path.write_text("\n".join(short_text.splitlines()[:2]) + "\n")
+    row = read_measurements(path)[0]
+    assert (row["fsdp"], row["flops_formula"]) == ("0", "megatron-causal")
+    assert row_scenario(row) == row_scenario(read_measurements(FIXTURE)[0])
+    short = validate_rows([row])[0]
+    assert short.predicted_tokens_per_s_per_gpu == results[0].predicted_tokens_per_s_per_gpu
+    assert short.predicted_tflops_per_gpu == pytest.approx(results[0].predicted_tflops_per_gpu)
+
+
 @pytest.mark.parametrize("text, words", [
     ("name,model\nx,y\n", ["missing column"]),
+    (_without_columns("measured_tokens_per_s_per_gpu", "measured_tflops_per_gpu"),
+     ["missing column(s) measured_tokens_per_s_per_gpu or measured_tflops_per_gpu"]),
+    (_first_row_with("mtp_layers", "one"), ["line 2", "mtp_layers='one'", "or empty"]),
+    (FIXTURE.read_text().replace("400,megatron-causal", "400,", 1),
+     ["line 3", "flops_formula is empty", "TFLOP/s alone", "llama3"]),
     (FIXTURE.read_text().replace(",8,bf16,1,1,1", ",eight,bf16,1,1,1", 1), ["num_gpus", "eight"]),
     (FIXTURE.read_text() + FIXTURE.read_text().splitlines()[1] + "\n",
      ["line 5", "fixture-llama8b-h100-8-tokens", "line 2", "unique"]),
@@ -344,6 +375,30 @@ def test_an_unknown_dispatcher_is_a_failed_row_with_its_reason(tmp_path):
     first = validate_rows(read_measurements(path))[0]
     assert first.status == "failed"
     assert "dispatcher='carrier-pigeon'" in first.reason and "hybridep" in first.reason
+
+
+def test_a_row_counted_with_metas_formula_runs_and_is_compared_on_it(results, tmp_path):
+    """The second fixture row measured TFLOP/s only; counted as the Llama 3 paper counts."""
+    path = tmp_path / "rows.csv"
+    path.write_text(FIXTURE.read_text().replace("400,megatron-causal", "400,llama3"))
+    meta = validate_rows(read_measurements(path))[1]
+    megatron = results[1]
+    assert meta.status == "ok" and meta.measured_tflops_per_gpu == 400
+    model = load_model("llama3-8b")
+    ratio = (reported_flops_per_token(model, 4096, "llama3")
+             / reported_flops_per_token(model, 4096, "megatron-causal"))
+    assert meta.predicted_tflops_per_gpu == pytest.approx(megatron.predicted_tflops_per_gpu
+                                                          * ratio)
+
+
+def test_a_rows_recompute_turns_off_the_overlap_megatron_refuses_beside_it():
+    """A 26.06 DeepSeek-V3 row that recomputes whole layers and says nothing of the all-to-all
+    overlap ran without it (its release's default); one that says it ran with it is refused."""
+    row = {**read_measurements(FIXTURE)[0], "model": "deepseek-v3", "gpu": "gb300",
+           "release": "mbridge-26.06", "precision": "mxfp8", "recompute": "full"}
+    assert not row_recipe(row).a2a_overlap and row_recipe({**row, "recompute": ""}).a2a_overlap
+    with pytest.raises(ValueError, match="forbids full recompute"):
+        row_recipe({**row, "a2a_overlap": "1"})
 
 
 def _run_row(capsys, name: str, *flags: str) -> dict:

@@ -134,25 +134,27 @@ def model_flops_per_step(model: ModelSpec, seq_len: int, global_batch: int, tp: 
 
 
 # How sources count model FLOPs (../shared/data/README.md `flops_formula`): Megatron with
-# causal halving; NeMo's older Megatron without it; TorchTitan's 6N + full attention; the
-# DeepSeek production row, derived from Megatron's count with MTP.
-FLOPS_FORMULAS = ("megatron-causal", "megatron-noncausal", "torchtitan", "derived")
+# causal halving; NeMo's older Megatron without it; TorchTitan's 6N + full attention; Meta's
+# Llama 3 paper, whose MFU is PaLM's (arXiv 2407.21783 §3.3.2, p. 10: "MFU; Chowdhery et al.
+# (2023)"), 6N + 12LHQT per token (PaLM, arXiv 2204.02311, App. B), which is TorchTitan's count
+# (it cites that appendix); the DeepSeek production row, derived from Megatron's count with MTP.
+FLOPS_FORMULAS = ("megatron-causal", "megatron-noncausal", "torchtitan", "llama3", "derived")
 
 
 def reported_flops_per_token(model: ModelSpec, seq_len: int, formula: str, tp: int = 1) -> float:
     """FLOPs per token as a source's `formula` counts them (for TFLOP/s comparisons).
 
     megatron-noncausal counts every key of full-attention layers (core attention twice the
-    causal count); torchtitan is 6 x the active matmul parameters (all but the input
-    embedding) + 6 x layers x seq x the attention widths, with no causal halving and no MTP
-    attention (deepseek-v3-and-flops.md §3.1)."""
+    causal count); torchtitan (and llama3, the same count) is 6 x the active matmul parameters
+    (all but the input embedding) + 6 x layers x seq x the attention widths, with no causal
+    halving and no MTP attention (deepseek-v3-and-flops.md §3.1)."""
     if formula in ("megatron-causal", "derived"):
         return model_flops_per_token(model, seq_len, tp)
     if formula == "megatron-noncausal":
         full = _core_attention_flops(model, causal_keys_per_query(seq_len))
         extra = (model.num_layers + model.mtp_layers - model.num_window_layers) * full
         return model_flops_per_token(model, seq_len, tp) + FWD_BWD_FACTOR * extra
-    if formula == "torchtitan":
+    if formula in ("torchtitan", "llama3"):
         matmul = model.active_params() - model.embedding_params
         attention = model.num_layers * _core_attention_flops(model, float(seq_len))
         return FWD_BWD_FACTOR * (2.0 * matmul + attention)

@@ -200,16 +200,23 @@ def _check_numbers(r: Recipe) -> None:
                          "a whole number >= 0")
 
 
+def a2a_overlap_refusal(recompute_modules: tuple[str, ...], dispatcher: str) -> str | None:
+    """Why Megatron refuses the 1F1B all-to-all overlap beside these settings, or None."""
+    if recompute_modules == FULL_RECOMPUTE or "moe" in recompute_modules:
+        return (f"recompute_modules={recompute_modules}: a2a_overlap=True forbids full "
+                f"recompute and 'moe'")
+    if dispatcher == "allgather":
+        return "dispatcher='allgather': a2a_overlap=True needs alltoall, deepep or hybridep"
+    return None
+
+
 def _check_compatibility(r: Recipe) -> None:
     """Megatron's constraints, research/deepseek-v3-and-flops.md §4.5, §4.6 and §4.10."""
     if r.a2a_overlap and r.shared_expert_overlap:
         raise ValueError("shared_expert_overlap=True: incompatible with a2a_overlap=True")
-    if r.a2a_overlap and (r.recompute_modules == FULL_RECOMPUTE or "moe" in r.recompute_modules):
-        raise ValueError(f"recompute_modules={r.recompute_modules}: a2a_overlap=True forbids "
-                         f"full recompute and 'moe'")
-    if r.a2a_overlap and r.dispatcher == "allgather":
-        raise ValueError("dispatcher='allgather': a2a_overlap=True needs alltoall, deepep or "
-                         "hybridep")
+    refusal = a2a_overlap_refusal(r.recompute_modules, r.dispatcher)
+    if r.a2a_overlap and refusal:
+        raise ValueError(refusal)
     for field in FP8_ONLY_FIELDS:
         if getattr(r, field) and r.precision == "bf16":
             raise ValueError(f"{field}=True: needs an FP8/FP4 precision, not precision='bf16'")
@@ -432,8 +439,10 @@ def recipe(name: str) -> Recipe:
 
 def recipe_with(base: Recipe, **changes: Any) -> Recipe:
     """A copy of `base` with `changes` applied and validated. A change to BF16 turns off the
-    switches that only an FP8/FP4 run has (FP8_ONLY_FIELDS), and a change to an NCCL
-    dispatcher FP8 dispatch, unless `changes` sets them."""
+    switches that only an FP8/FP4 run has (FP8_ONLY_FIELDS), a change to an NCCL dispatcher
+    FP8 dispatch, and a change to a recompute or dispatcher that Megatron refuses the 1F1B
+    all-to-all overlap beside (`a2a_overlap_refusal`) the overlap, unless `changes` sets
+    them."""
     known = [f.name for f in fields(Recipe)]
     for field in changes:
         if field not in known:
@@ -442,6 +451,10 @@ def recipe_with(base: Recipe, **changes: Any) -> Recipe:
         changes = {**{field: False for field in FP8_ONLY_FIELDS}, **changes}
     if changes.get("dispatcher") in NCCL_DISPATCHERS:
         changes = {"fp8_dispatch": False, **changes}
+    if {"recompute_modules", "dispatcher"} & changes.keys() and a2a_overlap_refusal(
+            changes.get("recompute_modules", base.recompute_modules),
+            changes.get("dispatcher", base.dispatcher)):
+        changes = {"a2a_overlap": False, **changes}
     return replace(base, **changes)
 
 
