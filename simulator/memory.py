@@ -1,8 +1,10 @@
 """Per-GPU memory at the peak of a step: weights, gradients, optimizer states, activations in
 flight, communication buffers and a fixed framework reserve.
 
-    weights     = P * 2 (BF16); FSDP: the shard plus two gathered layers (one prefetched)
-    gradients   = P * grad bytes; FSDP: the shard plus one layer being reduced
+    weights     = P * 2 (BF16); FSDP without a pipeline: the shard plus two gathered layers
+                  (one prefetched); under one, all P stay gathered for the step
+    gradients   = P * grad bytes; FSDP without a pipeline: the shard plus one layer being
+                  reduced; under one, all P accumulate unreduced
     optimizer   = (P_dense / (dp * cp) + P_expert / expert_dp) * optimizer bytes per parameter
     activations = units in flight * tokens per GPU * sum over the unit's layers of the bytes
                   a layer keeps for backward (less what recompute discards), less the
@@ -22,7 +24,7 @@ from topologies.hardware import GPUSpec
 from workloads.blocks import BF16_BYTES, tokens_per_gpu
 from workloads.routing import dispatch_copies_per_token
 from workloads.models import ModelSpec
-from workloads.parallelism import ParallelPlan, pipeline_layout
+from workloads.parallelism import ParallelPlan, fsdp_gathers_once_per_step, pipeline_layout
 from workloads.recipes import Recipe
 from workloads.schedules import activations_in_flight, chunk_stages
 from workloads.step_params import chunk_params, rank_params
@@ -144,7 +146,7 @@ def estimate_memory(model: ModelSpec, plan: ParallelPlan, recipe: Recipe,
     stages = pipeline_layout(plan, model)
     dense, expert = rank_params(model, plan, stages, recipe.pipeline_schedule, stage)
     params = dense + expert
-    fsdp = plan.dp_sharding == "fsdp"
+    fsdp = plan.dp_sharding == "fsdp" and not fsdp_gathers_once_per_step(plan)
     # Megatron shards dense state over data parallelism with context parallelism (CP ranks
     # hold the same weights): parallel_state's data-parallel group with_context_parallel.
     shard = dense / (plan.dp * plan.cp) + expert / plan.expert_dp

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from simulator.memory import estimate_memory
 from simulator.scenario import check_scenario, run_scenario
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import recipe, recipe_with
@@ -134,6 +135,33 @@ def test_a_chunks_forwards_and_nothing_else_wait_for_its_parameter_gathers(small
     for task in waiting:
         assert "/F" in task.name and task.work is not None
         assert {gathers[d] for d in task.deps if d in gathers} == {task.chunk}
+
+
+@pytest.mark.parametrize("pp, vpp", [(1, 1), (2, 1), (2, 2)])
+def test_fsdp_gathers_and_reduces_per_micro_batch_alone_but_once_a_step_under_a_pipeline(
+        small_moe, pp, vpp):
+    """Without a pipeline every unit gathers its chunk's parameters and every backward
+    reduces its gradients; under one (PyTorch's pipeline stage, TorchTitan, AutoModel) each
+    chunk gathers before its first forward and reduces after its last backward."""
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=64, seq_len=256, pp=pp, vpp=vpp, ep=4,
+                        dp_sharding="fsdp")
+    graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=recipe("megatron-defaults")))
+    names = [t.name for t in graph.tasks if t.rank == 0 and t.collective is not None]
+    gathers = [n for n in names if "/fsdp_ag/" in n]
+    reductions = [n for n in names if "/fsdp_rs/" in n or "/rs/" in n]
+    units = plan.num_microbatches * vpp
+    expected = (vpp, vpp) if pp > 1 else (2 * units, units)
+    assert (len({n.split("/fsdp_ag/")[0] for n in gathers}),
+            len({n.rsplit("/", 1)[0] for n in reductions})) == expected
+    first_forwards = {f"0/F0/v{chunk_stages('1f1b', 0, pp, vpp)[c]}" for c in range(vpp)}
+    if pp > 1:
+        assert {n.split("/fsdp_ag/")[0] for n in gathers} == first_forwards
+    # What stays gathered stays in memory: under a pipeline the whole stage's weights.
+    fsdp = estimate_memory(small_moe, plan, recipe("megatron-defaults"), 0)
+    optimizer = estimate_memory(small_moe, replace(plan, dp_sharding="distributed-optimizer"),
+                                recipe("megatron-defaults"), 0)
+    assert (fsdp.weights_bytes == optimizer.weights_bytes) == (pp > 1)
+    assert fsdp.optimizer_bytes == optimizer.optimizer_bytes
 
 
 def _host_nodes(graph, unit: str) -> int:

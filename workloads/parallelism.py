@@ -106,6 +106,18 @@ def _check_pipeline(plan: ParallelPlan) -> None:
                          f"must be >= pp={plan.pp}")
 
 
+def fsdp_gathers_once_per_step(plan: ParallelPlan) -> bool:
+    """Whether FSDP keeps each chunk's gathered parameters (and its unreduced gradients) for
+    the whole step, gathering before the chunk's first forward and reducing after its last
+    backward: so under a pipeline. PyTorch's pipeline stage turns resharding after backward
+    and the gradient sync off for every backward but the last (torch.distributed.pipelining,
+    `backward_maybe_with_nosync`); TorchTitan's and NeMo AutoModel's parallelizers do not
+    reshard after forward with pp > 1 ("to avoid per-microbatch all-gathers"); Meta's Llama 3
+    does not reshard after forward (arXiv 2407.21783, §3.3.2). Without a pipeline every micro
+    batch gathers and reduces."""
+    return plan.dp_sharding == "fsdp" and plan.pp > 1
+
+
 def validate_plan(plan: ParallelPlan, model: ModelSpec) -> None:
     """The rules that need the model; the model-independent ones ran when the plan was built."""
     if model.is_moe and model.num_experts % plan.ep != 0:

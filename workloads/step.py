@@ -44,8 +44,8 @@ from dataclasses import dataclass
 from workloads import blocks as blk
 from workloads.graph import Collective, GraphBuilder, Lane, Op, TaskGraph, Work
 from workloads.models import ModelSpec
-from workloads.parallelism import (ParallelPlan, all_groups, group_of, pipeline_layout,
-                                   stage_of)
+from workloads.parallelism import (ParallelPlan, all_groups, fsdp_gathers_once_per_step,
+                                   group_of, pipeline_layout, stage_of)
 from workloads.position_classes import position_classes
 from workloads.recipes import (NCCL_DISPATCHERS, Recipe, host_runs_schedule_nodes,
                                static_expert_shapes)
@@ -113,6 +113,8 @@ class _Step:
         self._part_of: dict[tuple[str, int], _Part | None] = {}
         self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self.fsdp = self.plan.dp_sharding == "fsdp"
+        self.fsdp_per_step = self.fsdp and fsdp_gathers_once_per_step(self.plan)
+        self.fsdp_gathered: set[tuple[int, int]] = set()
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
         self.p2p_syncs = syncs_after_p2p(self.recipe, self.plan)
         self._last_send: dict[int, str] = {}
@@ -226,13 +228,17 @@ class _Step:
         compute task.
 
         With FSDP the unit's parameters are gathered first (prefetched as soon as the unit
-        before it starts) and its gradients reduce-scattered after a backward."""
+        before it starts) and its gradients reduce-scattered after a backward; under a
+        pipeline only the chunk's first unit gathers and its last backward reduces
+        (`fsdp_gathers_once_per_step`, the reductions in `_step_tail`)."""
         virtual = self._virtual(rank, unit.chunk)
         prefix = f"{rank}/{unit.phase}{unit.microbatch}/v{virtual}"
         after = list(gate)
-        if self.fsdp:
+        if self.fsdp and (rank, unit.chunk) not in self.fsdp_gathered:
             after.extend(self._chunk_collectives(rank, f"{prefix}/fsdp_ag", Op.ALL_GATHER,
                                                  virtual, prefetch_after))
+            if self.fsdp_per_step:
+                self.fsdp_gathered.add((rank, unit.chunk))
         if unit.phase == "F":
             receives = virtual > 0
             if receives:
@@ -252,7 +258,7 @@ class _Step:
                          category="compute", work=_EMPTY, microbatch=unit.microbatch,
                          chunk=unit.chunk)
         self._send(rank, unit, virtual, prefix, end)
-        if self.fsdp and unit.phase == "B":
+        if self.fsdp and not self.fsdp_per_step and unit.phase == "B":
             self.fsdp_reductions[rank].extend(self._chunk_collectives(
                 rank, f"{prefix}/fsdp_rs", Op.REDUCE_SCATTER, virtual, (end,)))
         return end
@@ -660,10 +666,13 @@ class _Step:
 
     def _step_tail(self, rank: int, last_backward: dict[int, str],
                    gathers: dict[int, tuple[str, ...]]) -> None:
-        overlap = self.recipe.overlap_grad_reduce
+        # FSDP reduces at its post-backward hook, the distributed optimizer when its buckets
+        # are ready (overlapped) or after the last backward of all.
+        overlap = self.recipe.overlap_grad_reduce or self.fsdp
         everything = tuple(last_backward.values())
         reductions = list(self.fsdp_reductions[rank])
-        for chunk, end in ([] if self.fsdp else sorted(last_backward.items())):
+        per_chunk = not self.fsdp or self.fsdp_per_step
+        for chunk, end in (sorted(last_backward.items()) if per_chunk else []):
             virtual = self._virtual(rank, chunk)
             reductions.extend(self._chunk_collectives(
                 rank, f"{rank}/rs/c{chunk}", Op.REDUCE_SCATTER, virtual,
