@@ -113,7 +113,7 @@ class _Step:
         self._part_of: dict[tuple[str, int], _Part | None] = {}
         self._pairs: dict[tuple[int, ...], tuple[tuple[int, ...], ...]] = {}
         self.fsdp = self.plan.dp_sharding == "fsdp"
-        self.fsdp_per_step = self.fsdp and fsdp_gathers_once_per_step(self.plan)
+        self.fsdp_per_step = fsdp_gathers_once_per_step(self.plan)
         self.fsdp_gathered: set[tuple[int, int]] = set()
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
         self.p2p_syncs = syncs_after_p2p(self.recipe, self.plan)
