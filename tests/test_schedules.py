@@ -226,6 +226,17 @@ def test_without_interleaving_the_host_syncs_at_every_pipeline_exchange(small_mo
     assert waits >= {f"{last}/B0/v1/end", f"{last}/B0/v1/send", "0/F1/v0/send"}
 
 
+def test_pytorchs_pipeline_schedules_do_not_sync_the_host_at_exchanges(small_moe):
+    """TorchTitan and AutoModel pipeline with PyTorch's schedules, which make the stream, not
+    the host, wait for an exchange; Megatron's non-interleaved 1F1B synchronises."""
+    plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=2, ep=8)
+    for name in ("torchtitan-2025", "automodel-2026"):
+        graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=recipe(name)))
+        assert _synced_units(graph, 0) == [] and not recipe(name).p2p_host_sync
+    graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=recipe("megatron-defaults")))
+    assert _synced_units(graph, 0) == ["F1", "B0", "B1", "B2", "B3"]
+
+
 @pytest.mark.parametrize("changes", [{"vpp": 2}, {"pp": 1}])
 def test_interleaved_or_unpipelined_steps_do_not_sync_at_exchanges(small_moe, changes):
     plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=2, ep=8)

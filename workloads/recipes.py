@@ -98,6 +98,11 @@ class Recipe:
         (DEEPEP_UNTUNED_MNNVL_EFFICIENCY).
     pipeline_schedule: "1f1b" (Megatron's 1F1B, interleaved when vpp > 1) or "dualpipev"
         (DeepSeek's V-shaped DualPipe: two chunks per rank, vpp = 2; workloads.schedules).
+    p2p_host_sync: the host synchronises the device after each pipeline exchange of a
+        non-interleaved 1F1B, as Megatron does (batch_p2p_sync, workloads.step); PyTorch's
+        pipeline schedules (TorchTitan, AutoModel) only make the stream wait on the exchange
+        (`_wait_batch_p2p`, `Work.wait()`: for a CUDA collective it returns once the operation
+        is enqueued, pytorch/pytorch PR 45709).
     """
 
     name: str
@@ -133,6 +138,7 @@ class Recipe:
     fused_mlp_dbias_slowdown: float = 1.0
     deepep_nvlink_efficiency: float | None = None
     pipeline_schedule: str = "1f1b"
+    p2p_host_sync: bool = True
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
@@ -390,13 +396,15 @@ _RELEASES = (
     *(replace(_MEGATRON_DEFAULTS, name=name) for name in (
         "megatron-lm-2024", "nemo-24.07", "nemo-25.02", "nemo-25.04", "nemo-25.07")),
     # Meta's Llama 3 (FSDP-style sharding per row), TorchTitan (FSDP2 + Float8) and NeMo
-    # AutoModel (FSDP2 + DeepEP): eager PyTorch, FP32 gradient reduction.
+    # AutoModel (FSDP2 + DeepEP): eager PyTorch, FP32 gradient reduction; the last two pipeline
+    # with PyTorch's schedules, which do not synchronise the host at an exchange.
     replace(_MEGATRON_DEFAULTS, name="llama3-2024"),
-    replace(_MEGATRON_DEFAULTS, name="torchtitan-2025"),
+    replace(_MEGATRON_DEFAULTS, name="torchtitan-2025", p2p_host_sync=False),
     # AutoModel's benchmark configs (NVIDIA-NeMo/Automodel examples/benchmark/configs/
     # deepseek_v3_te_deepep.yaml, qwen3_moe_30b_te_deepep.yaml): parallelizer
     # activation_checkpointing: true, i.e. every transformer block recomputed.
     replace(_MEGATRON_DEFAULTS, name="automodel-2026", dispatcher="deepep", dispatcher_sms=24,
+            p2p_host_sync=False,
             recompute_modules=FULL_RECOMPUTE),
 )
 

@@ -80,10 +80,10 @@ def build_step(spec: StepSpec, *, folded: bool = True,
 
 def syncs_after_p2p(recipe: Recipe, plan: ParallelPlan) -> bool:
     """Whether the host synchronises the device after each pipeline exchange (Megatron's
-    non-interleaved 1F1B; see the module docstring), which a full-iteration CUDA graph
-    cannot hold."""
+    non-interleaved 1F1B; see the module docstring; not PyTorch's schedules,
+    Recipe.p2p_host_sync), which a full-iteration CUDA graph cannot hold."""
     return (plan.pp > 1 and plan.vpp == 1 and recipe.pipeline_schedule == "1f1b"
-            and recipe.cuda_graphs != "full")
+            and recipe.cuda_graphs != "full" and recipe.p2p_host_sync)
 
 
 class _Step:
