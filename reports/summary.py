@@ -27,7 +27,13 @@ def _plan_line(s: Mapping[str, Any]) -> str:
     return (f"TP{s['tp']} PP{s['pp']} VPP{s['vpp']} EP{s['ep']} ETP{s['etp']} CP{s['cp']} "
             f"DP{s['dp']} (expert DP {s['expert_dp']}), MBS {s['mbs']}, GBS {s['gbs']}, "
             f"seq {s['seq_len']}, {s['num_microbatches']} micro batches per DP rank"
-            + ("" if schedule == "1f1b" else f", {schedule} schedule"))
+            + _runs(s) + ("" if schedule == "1f1b" else f", {schedule} schedule"))
+
+
+def _runs(s: Mapping[str, Any]) -> str:
+    """The pipeline schedules of a step that runs one per local batch (older results: one)."""
+    runs = s.get("pipeline_runs", 1)
+    return "" if runs == 1 else f" in {runs} pipeline schedules of {s['num_microbatches'] // runs}"
 
 
 def _schedule_lines(s: Mapping[str, Any]) -> list[str]:

@@ -35,7 +35,7 @@ import numpy as np
 
 from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
-from workloads.parallelism import ep_group
+from workloads.parallelism import ep_group, pipeline_runs
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
 from reports.tables import counted
@@ -295,13 +295,15 @@ def _touched_rows(parameters: tuple[FitParameter, ...], scenarios: list[Scenario
 
 def short_row(row: dict[str, Any], scenario: Scenario | None) -> dict[str, Any]:
     """The row (whose Scenario is `scenario`, None if it has none) with its global batch cut
-    to two micro batches per pipeline stage: a cheap stand-in whose sensitivities to the cost
+    to two micro batches per pipeline stage (whole runs of a schedule run once per local
+    batch, Recipe.local_batch_size): a cheap stand-in whose sensitivities to the cost
     parameters approximate the whole step's (the Jacobian only steers the steps; every step
     is judged on whole steps)."""
     if scenario is None:
         return row
     plan = scenario.plan
-    microbatches = 2 * plan.pp
+    per_run = plan.num_microbatches // pipeline_runs(plan, scenario.recipe.local_batch_size)
+    microbatches = -(-2 * plan.pp // per_run) * per_run
     if plan.num_microbatches <= microbatches:
         return row
     return {**row, "gbs": str(microbatches * plan.dp * plan.mbs)}

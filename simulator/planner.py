@@ -4,9 +4,10 @@ Search order (the usual advice for MoE training): the fewest GPUs from a ladder 
 the fewest pipeline stages, then the least tensor parallelism, then expert parallelism as wide
 as fits inside one NVLink domain. The plan fields the user gave (`fixed`: --tp, --gbs, --set
 mbs=2, ...) are kept and only the others chosen. Each candidate must pass `validate_plan` and
-the memory check. Unless given, the batch gives every DP rank 2 * pp micro batches (a short
-but representative 1F1B step), and a recipe with the 1F1B all-to-all overlap gets two virtual
-stages per pipeline rank where pp > 1 (Megatron-Core refuses that overlap without them).
+the memory check. Unless given, the batch gives every DP rank 2 * pp micro batches (a short but
+representative 1F1B step; whole local batches where the recipe has them), and a recipe with the 1F1B
+all-to-all overlap gets two virtual stages per pipeline rank where pp > 1 (Megatron-Core refuses
+that overlap without them).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 from topologies.systems import SystemSpec, system_gpu
 from workloads.models import ModelSpec
-from workloads.parallelism import ParallelPlan, validate_plan
+from workloads.parallelism import ParallelPlan, pipeline_runs, validate_plan
 from workloads.recipes import BLOCK_SCALED_PRECISIONS, Recipe
 
 from simulator.memory import check_fits, peak_memory
@@ -57,7 +58,9 @@ def _plan(num_gpus: int, degrees: dict[str, int], recipe: Recipe,
         fields["vpp"] = 2 if recipe.a2a_overlap and fields["pp"] > 1 else 1
     if "gbs" not in fixed:
         dp = max(num_gpus // (fields["tp"] * fields.get("cp", 1) * fields["pp"]), 1)
-        fields["gbs"] = dp * fields["mbs"] * 2 * fields["pp"]
+        sequences = fields["mbs"] * 2 * fields["pp"]
+        local = recipe.local_batch_size if fields["pp"] > 1 else 0
+        fields["gbs"] = dp * (-(-sequences // local) * local if local else sequences)
     try:
         return ParallelPlan(**fields)
     except ValueError:
@@ -67,6 +70,7 @@ def _plan(num_gpus: int, degrees: dict[str, int], recipe: Recipe,
 def _fits(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, system: SystemSpec) -> bool:
     try:
         validate_plan(plan, model)
+        pipeline_runs(plan, recipe.local_batch_size)
         check_fits(peak_memory(model, plan, recipe), system_gpu(system))
     except ValueError:
         return False

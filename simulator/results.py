@@ -14,7 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from topologies.systems import system_gpu
-from workloads.parallelism import stage_of
+from workloads.parallelism import pipeline_runs, stage_of
 
 from simulator.costs import peak_key
 from simulator.scenario import WHAT_IF_FIELDS, Result, Scenario
@@ -32,6 +32,7 @@ def scenario_document(scenario: Scenario) -> dict[str, Any]:
     for key in ("tp", "pp", "vpp", "ep", "etp", "cp", "dp", "expert_dp", "mbs", "gbs", "seq_len",
                 "num_microbatches", "dp_sharding", "layout"):
         document[key] = getattr(plan, key)
+    document["pipeline_runs"] = pipeline_runs(plan, scenario.recipe.local_batch_size)
     recipe = asdict(scenario.recipe)
     recipe["recompute_modules"] = list(recipe["recompute_modules"])
     document["recipe"] = recipe

@@ -7,18 +7,18 @@ pipeline's warm-up:
     T(m) = T(m2) + (m - m2) * (T(m3) - T(m2)) / (m3 - m2),   m3 > m2 > m1 >= warm-up
 
 and so, nearly, is every part of the breakdown (within ~1 % of the step in tests).
-`run_steady_state` simulates m1 = 2 pp, m2 = 3 pp and m3 = 4 pp micro batches (multiples of
-the pipeline depth, as interleaving requires). Where the period from m1 to m2 and the one from
-m2 to m3 agree (STEADY_TOLERANCE), it extrapolates from the last two to the plan's m; where they
-do not, the step has not settled and the whole step is simulated: DeepSeek-V3 on GB300 at PP2
-VPP4 in BF16 (mb2511-dsv3-gb300-256-bf16), whose pipeline bubble still grows with each micro
-batch (0.08, 0.10, 0.12 s at 2, 3, 4 pp; 0.46 s at 16 pp), came out 0.9 % short of its whole
-step when extrapolated from 2 pp and 3 pp. A plan with no more micro batches than the three
-samples together is simulated whole too: that costs no more. DualPipeV's warm-up and cool-down
-take about 2 pp micro batches, so at 2 pp it has barely a steady phase (a host-bound test ran
-0.3 % short of the steady period there); its points start at 3 pp. Validation and calibration
-use it: a 128-micro-batch row on PP4 costs as much as a 36-micro-batch one.
-tests/test_steady_state.py checks it against whole simulations.
+`run_steady_state` simulates m1 = 2 pp, m2 = 3 pp and m3 = 4 pp micro batches (multiples of the
+pipeline depth, as interleaving requires); a schedule run once per local batch, at one, two and
+three runs. Where the period from m1 to m2 and the one from m2 to m3 agree (STEADY_TOLERANCE), it
+extrapolates from the last two to the plan's m; where they do not, the step has not settled and the
+whole step is simulated: DeepSeek-V3 on GB300 at PP2 VPP4 in BF16 (mb2511-dsv3-gb300-256-bf16),
+whose pipeline bubble still grows with each micro batch (0.08, 0.10, 0.12 s at 2, 3, 4 pp; 0.46 s at
+16 pp), came out 0.9 % short of its whole step when extrapolated from 2 pp and 3 pp. A plan with no
+more micro batches than the three samples together is simulated whole too: that costs no more.
+DualPipeV's warm-up and cool-down take about 2 pp micro batches, so at 2 pp it has barely a steady
+phase (a host-bound test ran 0.3 % short of the steady period there); its points start at 3 pp.
+Validation and calibration use it: a 128-micro-batch row on PP4 costs as much as a 36-micro-batch
+one. tests/test_steady_state.py checks it against whole simulations.
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from dataclasses import replace
 
 from topologies.systems import system_gpu
 from workloads.flops import model_flops_per_step
+from workloads.parallelism import pipeline_runs
 
 from simulator.costs import peak_key
 from simulator.metrics import StepMetrics
@@ -42,11 +43,16 @@ SAMPLE_POINTS = 3
 STEADY_TOLERANCE = 1e-3
 
 
-def sample_microbatches(num_microbatches: int, pp: int,
-                        schedule: str = "1f1b") -> tuple[int, ...] | None:
-    """The micro-batch counts to simulate, or None when the whole step is as cheap."""
-    first = WARMUP_DEPTHS[schedule] * pp
-    points = tuple(first + k * SPAN_DEPTHS * pp for k in range(SAMPLE_POINTS))
+def sample_microbatches(num_microbatches: int, pp: int, schedule: str = "1f1b",
+                        per_run: int | None = None) -> tuple[int, ...] | None:
+    """The micro-batch counts to simulate, or None when the whole step is as cheap. A schedule
+    run once per local batch of `per_run` micro batches (Recipe.local_batch_size) is sampled
+    at one, two and three runs: each run adds the same time, warm-up and drain included."""
+    if per_run is None:
+        first, span = WARMUP_DEPTHS[schedule] * pp, SPAN_DEPTHS * pp
+    else:
+        first = span = per_run
+    points = tuple(first + k * span for k in range(SAMPLE_POINTS))
     return points if num_microbatches > sum(points) else None
 
 
@@ -72,8 +78,10 @@ def run_steady_state(scenario: Scenario) -> StepMetrics:
     """The step metrics of `scenario`, extrapolated from shorter steps when it is long and
     they have settled, else simulated whole."""
     plan = scenario.plan
+    runs = pipeline_runs(plan, scenario.recipe.local_batch_size)
     points = sample_microbatches(plan.num_microbatches, plan.pp,
-                                 scenario.recipe.pipeline_schedule)
+                                 scenario.recipe.pipeline_schedule,
+                                 plan.num_microbatches // runs if runs > 1 else None)
     if points is None:
         return run_scenario(scenario).metrics
     check_scenario(scenario)

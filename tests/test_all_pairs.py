@@ -68,3 +68,14 @@ def test_auto_plan_gives_the_all_to_all_overlap_virtual_stages(capsys):
     overlapped = _auto_plan(capsys)
     assert overlapped["pp"] > 1 and overlapped["vpp"] == 2
     assert _auto_plan(capsys, "--set", "a2a_overlap=false")["vpp"] == 1
+
+
+def test_auto_plan_gives_each_dp_rank_whole_local_batches(capsys):
+    """AutoModel runs the pipeline once per local batch of 8 sequences: the planner rounds its
+    batch of 2 pp sequences per DP rank up to whole local batches, the degrees unchanged."""
+    plan = _auto_plan(capsys, "--recipe", "automodel-2026")
+    whole = _auto_plan(capsys, "--recipe", "automodel-2026", "--set", "local_batch_size=0")
+    degrees = ("tp", "pp", "vpp", "ep", "dp")
+    assert [plan[k] for k in degrees] == [whole[k] for k in degrees]
+    assert whole["pp"] == 2 and whole["gbs"] // whole["dp"] == 4
+    assert plan["gbs"] // plan["dp"] == 8

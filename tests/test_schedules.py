@@ -8,12 +8,15 @@ from dataclasses import replace
 
 import pytest
 
+from reports.summary import format_summary
 from simulator.memory import estimate_memory
+from simulator.results import result_document
 from simulator.scenario import check_scenario, run_scenario
 from workloads.parallelism import ParallelPlan
 from workloads.recipes import recipe, recipe_with
 from workloads.schedules import (RankSchedule, Unit, activations_in_flight, chunk_stages,
-                                 dualpipe_v, one_f_one_b, rank_of_stage, warmup_forwards)
+                                 dualpipe_v, one_f_one_b, rank_of_stage, rank_schedule,
+                                 warmup_forwards)
 from workloads.step import StepSpec, build_step
 
 PLANS = [(1, 1, 8), (4, 1, 8), (4, 2, 8), (2, 8, 4)]  # (pp, vpp, micro batches)
@@ -164,6 +167,49 @@ def test_fsdp_gathers_and_reduces_per_micro_batch_alone_but_once_a_step_under_a_
     assert fsdp.optimizer_bytes == optimizer.optimizer_bytes
 
 
+@pytest.mark.parametrize("schedule, vpp", [("1f1b", 1), ("1f1b", 2), ("dualpipev", 2)])
+def test_a_schedule_run_per_local_batch_repeats_with_micro_batches_numbered_on(schedule, vpp):
+    once = rank_schedule(schedule, 1, 2, vpp, 4, a2a_overlap=True)
+    twice = rank_schedule(schedule, 1, 2, vpp, 4, a2a_overlap=True, runs=2)
+    size = len(once.units)
+    assert twice.units[:size] == once.units
+    assert twice.units[size:] == tuple(replace(u, microbatch=u.microbatch + 4)
+                                       for u in once.units)
+    assert twice.pair_starts == once.pair_starts + tuple(i + size for i in once.pair_starts)
+
+
+def test_a_local_batch_refills_the_pipeline_but_gathers_and_reduces_once_a_step(make_scenario):
+    """AutoModel runs the pipeline schedule once per local batch (Recipe.local_batch_size):
+    8 sequences per DP rank in local batches of 2 are four schedules of two micro batches,
+    each with its own warm-up and drain, so the step is longer (long sequences, so that the
+    GPU and not the host sets its pace); FSDP still gathers each chunk once a step."""
+    scenario = make_scenario(tp=1, pp=2, ep=4, dp_sharding="fsdp",
+                             recipe_=recipe("automodel-2026"))
+    scenario = replace(scenario, plan=replace(scenario.plan, gbs=64, seq_len=65536))
+    whole = replace(scenario, recipe=recipe_with(scenario.recipe, local_batch_size=0))
+    local = replace(scenario, recipe=recipe_with(scenario.recipe, local_batch_size=2))
+    graphs = [build_step(StepSpec(model=s.model, plan=s.plan, recipe=s.recipe))
+              for s in (whole, local)]
+    for graph in graphs:
+        names = [t.name for t in graph.tasks if t.rank == 0]
+        assert sum(n.endswith("/end") for n in names) == 2 * scenario.plan.num_microbatches
+        assert len({n.split("/fsdp_ag/")[0] for n in names if "/fsdp_ag/" in n}) == 1
+    result = run_scenario(local)
+    assert result.metrics.step_time_s > 1.05 * run_scenario(whole).metrics.step_time_s
+    assert ("8 micro batches per DP rank in 4 pipeline schedules of 2"
+            in format_summary(result_document(result)))
+
+
+@pytest.mark.parametrize("local_batch_size", [3, 16])
+def test_a_local_batch_that_does_not_split_the_batch_is_a_one_line_error(
+        make_scenario, local_batch_size):
+    scenario = make_scenario(tp=1, pp=2, ep=4, recipe_=recipe_with(
+        recipe("automodel-2026"), local_batch_size=local_batch_size))
+    with pytest.raises(ValueError, match=f"local_batch_size={local_batch_size}: must be a "
+                       "multiple of mbs=1 that divides each DP rank's gbs/dp=4 sequences"):
+        check_scenario(scenario)
+
+
 def _host_nodes(graph, unit: str) -> int:
     return sum(t.host_nodes for t in graph.tasks if t.rank == 0 and f"/{unit}/" in t.name)
 
@@ -230,8 +276,9 @@ def test_pytorchs_pipeline_schedules_do_not_sync_the_host_at_exchanges(small_moe
     """TorchTitan and AutoModel pipeline with PyTorch's schedules, which make the stream, not
     the host, wait for an exchange; Megatron's non-interleaved 1F1B synchronises."""
     plan = ParallelPlan(num_gpus=16, mbs=1, gbs=32, seq_len=256, tp=1, pp=2, ep=8)
-    for name in ("torchtitan-2025", "automodel-2026"):
-        graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=recipe(name)))
+    for name in ("torchtitan-2025", "automodel-2026"):  # gbs 64: AutoModel's local batch of 8
+        graph = build_step(StepSpec(model=small_moe, plan=replace(plan, gbs=64),
+                                    recipe=recipe(name)))
         assert _synced_units(graph, 0) == [] and not recipe(name).p2p_host_sync
     graph = build_step(StepSpec(model=small_moe, plan=plan, recipe=recipe("megatron-defaults")))
     assert _synced_units(graph, 0) == ["F1", "B0", "B1", "B2", "B3"]

@@ -1,7 +1,8 @@
 """Steady-state extrapolation: a long step predicted from short ones equals the whole
 simulation (its breakdown categories to within 2 % of the step), for plain and interleaved
-1F1B and DualPipeV, eager and graphed recipes, with and without all-to-all overlap; a step
-whose short samples have not settled is simulated whole."""
+1F1B and DualPipeV, eager and graphed recipes, with and without all-to-all overlap, and a
+schedule run once per local batch; a step whose short samples have not settled is simulated
+whole."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from simulator.scenario import Scenario, run_scenario
 from simulator.steady_state import (STEADY_TOLERANCE, WARMUP_DEPTHS, is_settled,
                                     run_steady_state, sample_microbatches)
 from workloads.models import model_spec
-from workloads.recipes import recipe, recipe_with
+from workloads.parallelism import pipeline_runs
+from workloads.recipes import Recipe, recipe, recipe_with
 from workloads.schedules import SCHEDULES
 
 
@@ -24,7 +26,18 @@ def test_short_steps_are_simulated_whole():
     assert sample_microbatches(128, 4) == (8, 12, 16)
     assert sample_microbatches(25, 2, "dualpipev") == (6, 8, 10)
     assert sample_microbatches(24, 2, "dualpipev") is None
+    assert sample_microbatches(16, 2, per_run=2) == (2, 4, 6)
+    assert sample_microbatches(12, 2, per_run=2) is None
     assert set(WARMUP_DEPTHS) == set(SCHEDULES)
+
+
+def _software(name: str) -> Recipe:
+    if name == "dualpipev":
+        return recipe_with(recipe("mbridge-26.02"), pipeline_schedule="dualpipev",
+                           a2a_overlap=True, shared_expert_overlap=False)
+    if name == "local-batch":
+        return recipe_with(recipe("automodel-2026"), local_batch_size=2)
+    return recipe(name)
 
 
 @pytest.mark.parametrize("plan, software, gbs", [
@@ -33,15 +46,18 @@ def test_short_steps_are_simulated_whole():
     ({"tp": 1, "pp": 4, "vpp": 2, "ep": 4}, "mbridge-26.02", 160),
     ({"tp": 2, "pp": 1, "ep": 8}, "mbridge-gb200-guide-2025-11", 80),
     ({"tp": 1, "pp": 2, "vpp": 2, "ep": 4}, "dualpipev", 200),
-], ids=["pp2-vpp2-graphed", "pp4-eager", "pp4-vpp2-overlap", "pp1-guide", "pp2-dualpipev"])
+    ({"tp": 1, "pp": 2, "ep": 4}, "local-batch", 128),
+], ids=["pp2-vpp2-graphed", "pp4-eager", "pp4-vpp2-overlap", "pp1-guide", "pp2-dualpipev",
+        "pp2-local-batches"])
 def test_extrapolation_equals_the_whole_step(make_scenario, plan, software, gbs):
-    software_ = (recipe_with(recipe("mbridge-26.02"), pipeline_schedule="dualpipev",
-                             a2a_overlap=True, shared_expert_overlap=False)
-                 if software == "dualpipev" else recipe(software))
+    software_ = _software(software)
     scenario = make_scenario(recipe_=software_, **plan)
     scenario = replace(scenario, plan=replace(scenario.plan, gbs=gbs))
+    runs = pipeline_runs(scenario.plan, software_.local_batch_size)
     assert sample_microbatches(scenario.plan.num_microbatches, scenario.plan.pp,
-                               software_.pipeline_schedule) is not None
+                               software_.pipeline_schedule,
+                               scenario.plan.num_microbatches // runs if runs > 1 else None
+                               ) is not None
     whole = run_scenario(scenario).metrics
     extrapolated = run_steady_state(scenario)
     # The step is affine in the micro batches from 2 pp on under 1F1B, from 3 pp under

@@ -106,6 +106,21 @@ def _check_pipeline(plan: ParallelPlan) -> None:
                          f"must be >= pp={plan.pp}")
 
 
+def pipeline_runs(plan: ParallelPlan, local_batch_size: int) -> int:
+    """How many times each pipeline rank runs its schedule in a step: once, unless the recipe
+    puts each DP rank's batch through the pipeline `local_batch_size` sequences at a time
+    (Recipe.local_batch_size; 0 = all at once), which must then be whole micro batches and
+    divide the rank's batch (a one-line error naming the field). Without a pipeline there is
+    no schedule to repeat."""
+    if plan.pp == 1 or local_batch_size == 0:
+        return 1
+    sequences = plan.num_microbatches * plan.mbs
+    if local_batch_size % plan.mbs or sequences % local_batch_size:
+        raise ValueError(f"local_batch_size={local_batch_size}: must be a multiple of mbs="
+                         f"{plan.mbs} that divides each DP rank's gbs/dp={sequences} sequences")
+    return sequences // local_batch_size
+
+
 def fsdp_gathers_once_per_step(plan: ParallelPlan) -> bool:
     """Whether FSDP keeps each chunk's gathered parameters (and its unreduced gradients) for
     the whole step, gathering before the chunk's first forward and reducing after its last

@@ -103,6 +103,12 @@ class Recipe:
         pipeline schedules (TorchTitan, AutoModel) only make the stream wait on the exchange
         (`_wait_batch_p2p`, `Work.wait()`: for a CUDA collective it returns once the operation
         is enqueued, pytorch/pytorch PR 45709).
+    local_batch_size: sequences each DP rank puts through one pipeline schedule; a step runs
+        the schedule gbs / (local_batch_size * dp) times, each of local_batch_size / mbs micro
+        batches, one after the other (NeMo AutoModel's step_scheduler.local_batch_size: its
+        benchmark loop runs one schedule per "GA step", recipes/llm/benchmark.py). 0: the whole
+        per-rank batch in one schedule, as Megatron does. Only a pipeline (pp > 1) has a
+        schedule to repeat: without one every micro batch is a forward and backward of its own.
     """
 
     name: str
@@ -139,6 +145,7 @@ class Recipe:
     deepep_nvlink_efficiency: float | None = None
     pipeline_schedule: str = "1f1b"
     p2p_host_sync: bool = True
+    local_batch_size: int = 0
 
     def __post_init__(self) -> None:
         for field, allowed in (("precision", PRECISIONS), ("dispatcher", DISPATCHERS),
@@ -200,10 +207,10 @@ def _check_numbers(r: Recipe) -> None:
                          "a share of line rate in (0, 1]")
     if r.fused_mlp_dbias_slowdown < 1:
         raise ValueError(f"fused_mlp_dbias_slowdown={r.fused_mlp_dbias_slowdown}: must be >= 1")
-    if isinstance(r.activation_offload_layers, bool) or not isinstance(
-            r.activation_offload_layers, int) or r.activation_offload_layers < 0:
-        raise ValueError(f"activation_offload_layers={r.activation_offload_layers!r}: must be "
-                         "a whole number >= 0")
+    for name in ("activation_offload_layers", "local_batch_size"):
+        value = getattr(r, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ValueError(f"{name}={value!r}: must be a whole number >= 0")
 
 
 def a2a_overlap_refusal(recompute_modules: tuple[str, ...], dispatcher: str) -> str | None:
@@ -402,10 +409,11 @@ _RELEASES = (
     replace(_MEGATRON_DEFAULTS, name="torchtitan-2025", p2p_host_sync=False),
     # AutoModel's benchmark configs (NVIDIA-NeMo/Automodel examples/benchmark/configs/
     # deepseek_v3_te_deepep.yaml, qwen3_moe_30b_te_deepep.yaml): parallelizer
-    # activation_checkpointing: true, i.e. every transformer block recomputed.
+    # activation_checkpointing: true, i.e. every transformer block recomputed; local batches
+    # of 8 sequences (deepseek_v3_te_deepep_1024.yaml step_scheduler.local_batch_size: 8; data
+    # README: "AutoModel's GA counts local batches (LBS 8)").
     replace(_MEGATRON_DEFAULTS, name="automodel-2026", dispatcher="deepep", dispatcher_sms=24,
-            p2p_host_sync=False,
-            recompute_modules=FULL_RECOMPUTE),
+            p2p_host_sync=False, recompute_modules=FULL_RECOMPUTE, local_batch_size=8),
 )
 
 RECIPES: dict[str, Recipe] = {r.name: r for r in _RELEASES}

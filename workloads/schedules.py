@@ -136,11 +136,18 @@ def dualpipe_v(pp_rank: int, pp: int, num_microbatches: int) -> RankSchedule:
 
 
 def rank_schedule(schedule: str, pp_rank: int, pp: int, vpp: int, num_microbatches: int,
-                  a2a_overlap: bool = False) -> RankSchedule:
-    """The order of rank `pp_rank` under `schedule` (one of SCHEDULES)."""
+                  a2a_overlap: bool = False, runs: int = 1) -> RankSchedule:
+    """The order of rank `pp_rank` under `schedule` (one of SCHEDULES), run `runs` times one
+    after the other on `num_microbatches` micro batches each (the later runs' numbered on)."""
     if schedule == "dualpipev":
-        return dualpipe_v(pp_rank, pp, num_microbatches)
-    return one_f_one_b(pp_rank, pp, vpp, num_microbatches, a2a_overlap)
+        once = dualpipe_v(pp_rank, pp, num_microbatches)
+    else:
+        once = one_f_one_b(pp_rank, pp, vpp, num_microbatches, a2a_overlap)
+    size = len(once.units)
+    return RankSchedule(
+        tuple(Unit(u.phase, u.microbatch + run * num_microbatches, u.chunk)
+              for run in range(runs) for u in once.units),
+        once.warmup, tuple(start + run * size for run in range(runs) for start in once.pair_starts))
 
 
 def chunk_stages(schedule: str, pp_rank: int, pp: int, vpp: int) -> tuple[int, ...]:

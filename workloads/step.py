@@ -1,7 +1,9 @@
 """The task graph of one training step, placed by the pipeline schedule.
 
 For every simulated rank: the units of its 1F1B (interleaved) schedule, each unit the tasks of
-the layers of one virtual stage for one micro batch; pipeline sends between virtual stages;
+the layers of one virtual stage for one micro batch, the whole schedule run once or, with a
+local batch (Recipe.local_batch_size), once per local batch; pipeline sends between virtual
+stages;
 then gradient reduce-scatter, the router-bias all-reduce, the optimizer step and the parameter
 all-gather. Folded (the default) simulates one rank per pipeline stage, and each of its
 collectives stands for every instance of that collective in the stage, so that the network
@@ -45,7 +47,7 @@ from workloads import blocks as blk
 from workloads.graph import Collective, GraphBuilder, Lane, Op, TaskGraph, Work
 from workloads.models import ModelSpec
 from workloads.parallelism import (ParallelPlan, all_groups, fsdp_gathers_once_per_step,
-                                   group_of, pipeline_layout, stage_of)
+                                   group_of, pipeline_layout, pipeline_runs, stage_of)
 from workloads.position_classes import position_classes
 from workloads.recipes import (NCCL_DISPATCHERS, Recipe, host_runs_schedule_nodes,
                                static_expert_shapes)
@@ -185,9 +187,10 @@ class _Step:
 
     # --- one rank -----------------------------------------------------------------------
     def _rank(self, rank: int) -> None:
+        runs = pipeline_runs(self.plan, self.recipe.local_batch_size)
         schedule = rank_schedule(self.recipe.pipeline_schedule, stage_of(self.plan, rank),
-                                 self.plan.pp, self.plan.vpp, self.plan.num_microbatches,
-                                 self.recipe.a2a_overlap)
+                                 self.plan.pp, self.plan.vpp, self.plan.num_microbatches // runs,
+                                 self.recipe.a2a_overlap, runs)
         gathers = self._param_gathers_at_start(rank)
         units = schedule.units
         pairs = schedule.pair_starts if self.recipe.a2a_overlap else ()
