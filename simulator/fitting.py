@@ -35,7 +35,7 @@ import numpy as np
 
 from topologies.systems import system_gpu
 from workloads.blocks import fuses_grouped_mlp
-from workloads.parallelism import ep_group, pipeline_runs
+from workloads.parallelism import ep_group, microbatches_per_run
 from workloads.recipes import DISPATCHERS, host_runs_schedule_nodes
 
 from reports.tables import counted
@@ -302,7 +302,7 @@ def short_row(row: dict[str, Any], scenario: Scenario | None) -> dict[str, Any]:
     if scenario is None:
         return row
     plan = scenario.plan
-    per_run = plan.num_microbatches // pipeline_runs(plan, scenario.recipe.local_batch_size)
+    per_run = microbatches_per_run(plan, scenario.recipe.local_batch_size)
     microbatches = -(-2 * plan.pp // per_run) * per_run
     if plan.num_microbatches <= microbatches:
         return row

@@ -24,8 +24,8 @@ from topologies.hardware import GPUSpec
 from workloads.blocks import BF16_BYTES, tokens_per_gpu
 from workloads.routing import dispatch_copies_per_token
 from workloads.models import ModelSpec
-from workloads.parallelism import (ParallelPlan, fsdp_gathers_once_per_step, pipeline_layout,
-                                   pipeline_runs)
+from workloads.parallelism import (ParallelPlan, fsdp_gathers_once_per_step,
+                                   microbatches_per_run, pipeline_layout)
 from workloads.recipes import Recipe
 from workloads.schedules import activations_in_flight, chunk_stages
 from workloads.step_params import chunk_params, rank_params
@@ -126,8 +126,8 @@ def activation_bytes(model: ModelSpec, plan: ParallelPlan, recipe: Recipe, stage
     virtuals = chunk_stages(schedule, stage, plan.pp, plan.vpp)
     units = [_unit_activation_bytes(model, plan, recipe, stages[v],
                                     sum(s.count("t") for s in stages[:v])) for v in virtuals]
-    per_run = plan.num_microbatches // pipeline_runs(plan, recipe.local_batch_size)
-    in_flight = activations_in_flight(schedule, stage, plan.pp, plan.vpp, per_run,
+    in_flight = activations_in_flight(schedule, stage, plan.pp, plan.vpp,
+                                      microbatches_per_run(plan, recipe.local_batch_size),
                                       recipe.a2a_overlap)
     layers = sum(stages[v].count("t") for v in virtuals)
     on_gpu = 1.0 - min(recipe.activation_offload_layers, layers) / max(layers, 1)

@@ -24,7 +24,7 @@ from topologies.systems import SystemSpec, load_system, system_gpu
 from topologies.topology import Topology
 from workloads.flops import model_flops_per_step, model_flops_per_token
 from workloads.models import ModelSpec, model_spec
-from workloads.parallelism import ParallelPlan, pipeline_runs, validate_plan
+from workloads.parallelism import ParallelPlan, microbatches_per_run, validate_plan
 from workloads.recipes import BLOCK_SCALED_PRECISIONS, Recipe, recipe
 from workloads.schedules import check_schedule
 from workloads.step import StepSpec, build_step
@@ -208,7 +208,7 @@ def check_scenario(scenario: Scenario) -> MemoryEstimate:
         raise ValueError(f"precision={recipe_.precision!r}: gpu '{gpu.name}' (Hopper) has no "
                          f"block-scaled tensor cores; use fp8-cs, fp8-blockwise or bf16")
     check_schedule(recipe_.pipeline_schedule, plan.pp, plan.vpp,
-                   plan.num_microbatches // pipeline_runs(plan, recipe_.local_batch_size))
+                   microbatches_per_run(plan, recipe_.local_batch_size))
     memory = peak_memory(scenario.model, scenario.plan, scenario.recipe)
     check_fits(memory, gpu)
     return memory

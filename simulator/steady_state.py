@@ -27,7 +27,7 @@ from dataclasses import replace
 
 from topologies.systems import system_gpu
 from workloads.flops import model_flops_per_step
-from workloads.parallelism import pipeline_runs
+from workloads.parallelism import microbatches_per_run
 
 from simulator.costs import peak_key
 from simulator.metrics import StepMetrics
@@ -56,6 +56,14 @@ def sample_microbatches(num_microbatches: int, pp: int, schedule: str = "1f1b",
     return points if num_microbatches > sum(points) else None
 
 
+def scenario_samples(scenario: Scenario) -> tuple[int, ...] | None:
+    """`sample_microbatches` for the scenario's plan and recipe."""
+    plan, recipe = scenario.plan, scenario.recipe
+    per_run = microbatches_per_run(plan, recipe.local_batch_size)
+    return sample_microbatches(plan.num_microbatches, plan.pp, recipe.pipeline_schedule,
+                               per_run if per_run < plan.num_microbatches else None)
+
+
 def is_settled(points: tuple[int, ...], step_times_s: tuple[float, ...]) -> bool:
     """Whether the step's period is the same over each span between the sampled points."""
     periods = [(later_s - earlier_s) / (m_later - m_earlier)
@@ -78,10 +86,7 @@ def run_steady_state(scenario: Scenario) -> StepMetrics:
     """The step metrics of `scenario`, extrapolated from shorter steps when it is long and
     they have settled, else simulated whole."""
     plan = scenario.plan
-    runs = pipeline_runs(plan, scenario.recipe.local_batch_size)
-    points = sample_microbatches(plan.num_microbatches, plan.pp,
-                                 scenario.recipe.pipeline_schedule,
-                                 plan.num_microbatches // runs if runs > 1 else None)
+    points = scenario_samples(scenario)
     if points is None:
         return run_scenario(scenario).metrics
     check_scenario(scenario)

@@ -13,9 +13,8 @@ import pytest
 from simulator import steady_state
 from simulator.scenario import Scenario, run_scenario
 from simulator.steady_state import (STEADY_TOLERANCE, WARMUP_DEPTHS, is_settled,
-                                    run_steady_state, sample_microbatches)
+                                    run_steady_state, sample_microbatches, scenario_samples)
 from workloads.models import model_spec
-from workloads.parallelism import pipeline_runs
 from workloads.recipes import Recipe, recipe, recipe_with
 from workloads.schedules import SCHEDULES
 
@@ -53,11 +52,7 @@ def test_extrapolation_equals_the_whole_step(make_scenario, plan, software, gbs)
     software_ = _software(software)
     scenario = make_scenario(recipe_=software_, **plan)
     scenario = replace(scenario, plan=replace(scenario.plan, gbs=gbs))
-    runs = pipeline_runs(scenario.plan, software_.local_batch_size)
-    assert sample_microbatches(scenario.plan.num_microbatches, scenario.plan.pp,
-                               software_.pipeline_schedule,
-                               scenario.plan.num_microbatches // runs if runs > 1 else None
-                               ) is not None
+    assert scenario_samples(scenario) is not None
     whole = run_scenario(scenario).metrics
     extrapolated = run_steady_state(scenario)
     # The step is affine in the micro batches from 2 pp on under 1F1B, from 3 pp under

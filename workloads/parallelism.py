@@ -121,6 +121,11 @@ def pipeline_runs(plan: ParallelPlan, local_batch_size: int) -> int:
     return sequences // local_batch_size
 
 
+def microbatches_per_run(plan: ParallelPlan, local_batch_size: int) -> int:
+    """Micro batches in one run of the pipeline schedule (`pipeline_runs`)."""
+    return plan.num_microbatches // pipeline_runs(plan, local_batch_size)
+
+
 def fsdp_gathers_once_per_step(plan: ParallelPlan) -> bool:
     """Whether FSDP keeps each chunk's gathered parameters (and its unreduced gradients) for
     the whole step, gathering before the chunk's first forward and reducing after its last

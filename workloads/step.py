@@ -47,7 +47,8 @@ from workloads import blocks as blk
 from workloads.graph import Collective, GraphBuilder, Lane, Op, TaskGraph, Work
 from workloads.models import ModelSpec
 from workloads.parallelism import (ParallelPlan, all_groups, fsdp_gathers_once_per_step,
-                                   group_of, pipeline_layout, pipeline_runs, stage_of)
+                                   group_of, microbatches_per_run, pipeline_layout,
+                                   pipeline_runs, stage_of)
 from workloads.position_classes import position_classes
 from workloads.recipes import (NCCL_DISPATCHERS, Recipe, host_runs_schedule_nodes,
                                static_expert_shapes)
@@ -189,7 +190,8 @@ class _Step:
     def _rank(self, rank: int) -> None:
         runs = pipeline_runs(self.plan, self.recipe.local_batch_size)
         schedule = rank_schedule(self.recipe.pipeline_schedule, stage_of(self.plan, rank),
-                                 self.plan.pp, self.plan.vpp, self.plan.num_microbatches // runs,
+                                 self.plan.pp, self.plan.vpp,
+                                 microbatches_per_run(self.plan, self.recipe.local_batch_size),
                                  self.recipe.a2a_overlap, runs)
         gathers = self._param_gathers_at_start(rank)
         units = schedule.units
