@@ -106,9 +106,11 @@ class Recipe:
     local_batch_size: sequences each DP rank puts through one pipeline schedule; a step runs
         the schedule gbs / (local_batch_size * dp) times, each of local_batch_size / mbs micro
         batches, one after the other (NeMo AutoModel's step_scheduler.local_batch_size: its
-        benchmark loop runs one schedule per "GA step", recipes/llm/benchmark.py). 0: the whole
-        per-rank batch in one schedule, as Megatron does. Only a pipeline (pp > 1) has a
-        schedule to repeat: without one every micro batch is a forward and backward of its own.
+        benchmark loop runs one schedule per "GA step", recipes/llm/benchmark.py; TorchTitan's
+        training.local_batch_size likewise, one pp_schedule.step per gradient-accumulation
+        step). 0: the whole per-rank batch in one schedule, as Megatron does. Only a pipeline
+        (pp > 1) has a schedule to repeat: without one every micro batch is a forward and
+        backward of its own.
     """
 
     name: str
