@@ -93,6 +93,7 @@ def recipe_rows() -> list[Row]:
         "cuda_graphs": recipe.cuda_graphs,
         "a2a_overlap": recipe.a2a_overlap,
         "schedule": recipe.pipeline_schedule,
+        "local_batch": recipe.local_batch_size or None,
         "recompute": "+".join(recipe.recompute_modules) or "none",
     } for recipe in recipes.RECIPES.values()]
 

@@ -72,6 +72,8 @@ def test_list_json_rows_match_the_catalogs(capsys):
     assert gpus["gb300"]["hbm_gb"] == pytest.approx(279)
     schedules = {row["name"]: row["schedule"] for row in tables["recipes"]}
     assert (schedules["deepseek-2024"], schedules["mbridge-26.06"]) == ("dualpipev", "1f1b")
+    local = {row["name"]: row["local_batch"] for row in tables["recipes"]}
+    assert (local["automodel-2026"], local["mbridge-26.06"]) == (8, None)
 
 
 def test_model_rows_give_published_sizes_and_megatron_flops(capsys):
