@@ -194,6 +194,7 @@ def test_a_local_batch_refills_the_pipeline_but_gathers_and_reduces_once_a_step(
         names = [t.name for t in graph.tasks if t.rank == 0]
         assert sum(n.endswith("/end") for n in names) == 2 * scenario.plan.num_microbatches
         assert len({n.split("/fsdp_ag/")[0] for n in names if "/fsdp_ag/" in n}) == 1
+        assert len({n.rsplit("/", 1)[0] for n in names if "/fsdp_rs/" in n or "/rs/" in n}) == 1
     result = run_scenario(local)
     assert result.metrics.step_time_s > 1.05 * run_scenario(whole).metrics.step_time_s
     assert ("8 micro batches per DP rank in 4 pipeline schedules of 2"
