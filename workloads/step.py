@@ -120,6 +120,8 @@ class _Step:
         self.fsdp_gathered: set[tuple[int, int]] = set()
         self.fsdp_reductions: dict[int, list[str]] = defaultdict(list)
         self.p2p_syncs = syncs_after_p2p(self.recipe, self.plan)
+        self.runs = pipeline_runs(self.plan, self.recipe.local_batch_size)
+        self.per_run = microbatches_per_run(self.plan, self.recipe.local_batch_size)
         self._last_send: dict[int, str] = {}
 
     def build(self) -> TaskGraph:
@@ -188,11 +190,9 @@ class _Step:
 
     # --- one rank -----------------------------------------------------------------------
     def _rank(self, rank: int) -> None:
-        runs = pipeline_runs(self.plan, self.recipe.local_batch_size)
         schedule = rank_schedule(self.recipe.pipeline_schedule, stage_of(self.plan, rank),
-                                 self.plan.pp, self.plan.vpp,
-                                 microbatches_per_run(self.plan, self.recipe.local_batch_size),
-                                 self.recipe.a2a_overlap, runs)
+                                 self.plan.pp, self.plan.vpp, self.per_run,
+                                 self.recipe.a2a_overlap, self.runs)
         gathers = self._param_gathers_at_start(rank)
         units = schedule.units
         pairs = schedule.pair_starts if self.recipe.a2a_overlap else ()
